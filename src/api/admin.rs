@@ -1,0 +1,115 @@
+//! `solus.v1.DeduperAdminService`: create, get, list and update dedupers.
+
+use std::sync::Arc;
+
+use tonic::{Request, Response, Status};
+
+use super::pb;
+use super::status_of;
+use crate::deduper::{Deduper, Level};
+use crate::engine::{CreateSpec, Engine, EngineError};
+
+pub struct AdminService {
+    engine: Arc<Engine>,
+}
+
+impl AdminService {
+    pub fn new(engine: Arc<Engine>) -> Self {
+        AdminService { engine }
+    }
+}
+
+fn level_from_pb(value: i32) -> Result<Level, EngineError> {
+    match pb::Level::try_from(value) {
+        Ok(pb::Level::Unspecified | pb::Level::Global) => Ok(Level::Global),
+        Ok(pb::Level::Dc) => Ok(Level::Dc),
+        Err(_) => Err(EngineError::Invalid(format!(
+            "level {value} is unknown; use LEVEL_GLOBAL (1) or LEVEL_DC (2)"
+        ))),
+    }
+}
+
+/// The wire form of a deduper.
+pub fn deduper_to_pb(d: Deduper) -> pb::Deduper {
+    pb::Deduper {
+        client_id: d.client_id,
+        name: d.name,
+        hash_functions: d.geometry.hash_functions,
+        shards: d.geometry.shards,
+        bits_per_shard: d.geometry.bits_per_shard,
+        expiry_seconds: d.expiry_seconds,
+        active: d.active,
+        level: match d.level {
+            Level::Global => pb::Level::Global,
+            Level::Dc => pb::Level::Dc,
+        } as i32,
+        create_time_ms: d.create_time_ms,
+        update_time_ms: d.update_time_ms,
+        expected_insertions: d.expected_insertions,
+        false_positive_rate: d.false_positive_rate,
+    }
+}
+
+#[tonic::async_trait]
+impl pb::deduper_admin_service_server::DeduperAdminService for AdminService {
+    async fn create_deduper(
+        &self,
+        request: Request<pb::CreateDeduperRequest>,
+    ) -> Result<Response<pb::Deduper>, Status> {
+        let r = request.into_inner();
+        let status = |e| status_of("CreateDeduper", e);
+        let spec = CreateSpec {
+            level: level_from_pb(r.level).map_err(status)?,
+            client_id: r.client_id,
+            name: r.name,
+            expected_insertions: r.expected_insertions,
+            false_positive_rate: r.false_positive_rate,
+            hash_functions: r.hash_functions,
+            shards: r.shards,
+            bits_per_shard: r.bits_per_shard,
+            expiry_seconds: r.expiry_seconds,
+        };
+        let d = self.engine.create_deduper(spec).await.map_err(status)?;
+        tracing::info!(client_id = %d.client_id, name = %d.name, k = d.geometry.hash_functions,
+            shards = d.geometry.shards, bits_per_shard = d.geometry.bits_per_shard, "deduper created");
+        Ok(Response::new(deduper_to_pb(d)))
+    }
+
+    async fn get_deduper(&self, request: Request<pb::GetDeduperRequest>) -> Result<Response<pb::Deduper>, Status> {
+        let r = request.into_inner();
+        let d = self
+            .engine
+            .get_deduper(&r.client_id, &r.name)
+            .await
+            .map_err(|e| status_of("GetDeduper", e))?;
+        Ok(Response::new(deduper_to_pb(d)))
+    }
+
+    async fn list_dedupers(
+        &self,
+        request: Request<pb::ListDedupersRequest>,
+    ) -> Result<Response<pb::ListDedupersResponse>, Status> {
+        let r = request.into_inner();
+        let list = self
+            .engine
+            .list_dedupers(&r.client_id, r.active_only)
+            .await
+            .map_err(|e| status_of("ListDedupers", e))?;
+        Ok(Response::new(pb::ListDedupersResponse {
+            dedupers: list.into_iter().map(deduper_to_pb).collect(),
+        }))
+    }
+
+    async fn update_deduper(
+        &self,
+        request: Request<pb::UpdateDeduperRequest>,
+    ) -> Result<Response<pb::Deduper>, Status> {
+        let r = request.into_inner();
+        let d = self
+            .engine
+            .update_deduper(&r.client_id, &r.name, r.active, r.expiry_seconds)
+            .await
+            .map_err(|e| status_of("UpdateDeduper", e))?;
+        Ok(Response::new(deduper_to_pb(d)))
+    }
+}

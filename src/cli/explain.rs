@@ -1,0 +1,54 @@
+//! `solus explain`: the contract applied to one entity, for operators reading
+//! HBase by hand and for cross-checking other implementations.
+
+use clap::Args;
+
+use super::decode_hex;
+use crate::contract::{MAX_BITS_PER_SHARD, MAX_HASH_FUNCTIONS, hashing, layout};
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    #[arg(long)]
+    pub shards: u32,
+    /// k.
+    #[arg(long)]
+    pub hash_functions: u32,
+    #[arg(long)]
+    pub bits_per_shard: u32,
+    #[arg(long)]
+    pub client: String,
+    #[arg(long)]
+    pub deduper: String,
+    /// ENTITY is hex-encoded bytes.
+    #[arg(long)]
+    pub hex: bool,
+    pub entity: String,
+}
+
+pub fn run(a: ExplainArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(a.shards >= 1, "--shards must be at least 1");
+    anyhow::ensure!(
+        (1..=MAX_HASH_FUNCTIONS).contains(&a.hash_functions),
+        "--hash-functions must be 1 to {MAX_HASH_FUNCTIONS}"
+    );
+    anyhow::ensure!(
+        (1..=MAX_BITS_PER_SHARD).contains(&a.bits_per_shard),
+        "--bits-per-shard must be 1 to {MAX_BITS_PER_SHARD}"
+    );
+    let entity = if a.hex {
+        decode_hex(&a.entity)?
+    } else {
+        a.entity.into_bytes()
+    };
+    let shard = hashing::shard_of(&entity, a.shards);
+    let mut bits = vec![0u32; a.hash_functions as usize];
+    hashing::bit_positions(&entity, a.bits_per_shard, &mut bits);
+    let row_key: String = layout::data_row_key(shard, &a.client, &a.deduper)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let qualifiers: Vec<String> = bits.iter().map(|&b| layout::ttl_qualifier(b)).collect();
+    let json = serde_json::json!({ "shard": shard, "row_key_hex": row_key, "bits": bits, "qualifiers": qualifiers });
+    println!("{json}");
+    Ok(())
+}

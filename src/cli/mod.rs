@@ -1,0 +1,149 @@
+//! The `solus` command line: the server, operator client commands in the
+//! spirit of `redis-cli`, contract inspection and the replay tool.
+
+mod client;
+mod explain;
+mod replay;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Solus: Bloom-filter deduplication over gRPC.
+#[derive(Debug, Parser)]
+#[command(name = "solus", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the server (settings: defaults < --config FILE < SOLUS__* env).
+    Serve {
+        /// TOML settings file.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
+    /// Create, inspect and change dedupers.
+    #[command(subcommand)]
+    Deduper(DeduperCommand),
+    /// Remember entities (arguments, or one per line on stdin).
+    Add(DataArgs),
+    /// Report each entity as absent or present (arguments, or stdin lines).
+    Check(DataArgs),
+    /// Report absence, then remember (arguments, or stdin lines).
+    AddIfAbsent(DataArgs),
+    /// Print an entity's shard, row key, bits and qualifiers as one JSON line.
+    Explain(explain::ExplainArgs),
+    /// Stream events sampled from a weighted key file through AddIfAbsent and
+    /// check the answers against an exact set.
+    Replay(replay::ReplayArgs),
+}
+
+/// Where the server is.
+#[derive(Debug, Args, Clone)]
+pub struct Target {
+    /// Server address, `host:port` or `http://host:port`.
+    #[arg(long, default_value = "127.0.0.1:50051", env = "SOLUS_ADDR")]
+    pub addr: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DeduperCommand {
+    /// Create a deduper, sized from -n/-p or from explicit geometry.
+    Create(client::CreateArgs),
+    /// Show one deduper.
+    Get {
+        #[command(flatten)]
+        target: Target,
+        #[arg(long)]
+        client: String,
+        #[arg(long)]
+        name: String,
+    },
+    /// List a client's dedupers.
+    List {
+        #[command(flatten)]
+        target: Target,
+        #[arg(long)]
+        client: String,
+        /// Only active dedupers.
+        #[arg(long)]
+        active_only: bool,
+    },
+    /// Activate/deactivate a deduper or change its expiry.
+    Update {
+        #[command(flatten)]
+        target: Target,
+        #[arg(long)]
+        client: String,
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        active: Option<bool>,
+        /// New maximum/default TTL, in seconds.
+        #[arg(long)]
+        expiry_seconds: Option<u64>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct DataArgs {
+    #[command(flatten)]
+    pub target: Target,
+    #[arg(long)]
+    pub client: String,
+    #[arg(long)]
+    pub deduper: String,
+    /// TTL in ms for add commands (0 = the deduper's expiry).
+    #[arg(long, default_value_t = 0)]
+    pub ttl_ms: u64,
+    /// Entities are hex-encoded bytes.
+    #[arg(long)]
+    pub hex: bool,
+    /// Entities per request when reading stdin.
+    #[arg(long, default_value_t = 1000)]
+    pub batch: usize,
+    /// Entities; read from stdin, one per line, when none are given.
+    pub entities: Vec<String>,
+}
+
+/// Deduper level on the command line.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LevelArg {
+    Global,
+    Dc,
+}
+
+/// Runs a client-side command (everything but `serve`).
+pub async fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Serve { .. } => unreachable!("serve is handled by main"),
+        Command::Deduper(c) => client::deduper(c).await,
+        Command::Add(a) => client::add(a).await,
+        Command::Check(a) => client::check(a, false).await,
+        Command::AddIfAbsent(a) => client::check(a, true).await,
+        Command::Explain(a) => explain::run(a),
+        Command::Replay(a) => replay::run(a).await,
+    }
+}
+
+/// Decodes a hex string (for `--hex`), with a clear error.
+pub fn decode_hex(s: &str) -> anyhow::Result<Vec<u8>> {
+    let s = s.trim();
+    anyhow::ensure!(s.len() % 2 == 0, "hex entity {s:?} has an odd number of digits");
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|_| anyhow::anyhow!("{s:?} is not hex")))
+        .collect()
+}
+
+/// `host:port` or a URL, as a tonic endpoint URL.
+pub fn endpoint_url(addr: &str) -> String {
+    if addr.contains("://") {
+        addr.to_string()
+    } else {
+        format!("http://{addr}")
+    }
+}

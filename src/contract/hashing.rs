@@ -1,0 +1,110 @@
+//! Entity -> shard and entity -> `k` bit positions.
+//!
+//! - Shard: Murmur3 x64-128 (Austin Appleby's MurmurHash3, seed 0); `h1` is
+//!   the first 8 bytes of the canonical 16-byte output, little-endian; shard
+//!   = `h1 mod shards` with `h1` read as a *signed* `i64` and a floored
+//!   (never negative) modulo, i.e. Java's `Math.floorMod(h1, shards)` or
+//!   Python's `h1 % shards`. The reference vectors require the signed
+//!   reading: an unsigned `u64` modulo gives other shards whenever `h1 < 0`
+//!   and `shards` is not a power of two (e.g. entity `a`, 3 shards: 2, not 0).
+//! - Bits: for salt = 0, 1, 2, ... the MD5 (RFC 1321) digest of
+//!   `[salt] ++ entity` is split into four big-endian `i32`s, taken in order
+//!   until `k` are collected; bit = `|v % bits_per_shard|` with a truncated
+//!   (Java/Rust) remainder.
+//!
+//! Both run without allocating, so the request path can hash into reusable
+//! buffers.
+
+use md5::{Digest, Md5};
+
+/// Murmur3 x64-128 with seed 0, as the 16-byte canonical output
+/// (`h1` little-endian, then `h2` little-endian).
+pub fn murmur3_x64_128(entity: &[u8]) -> [u8; 16] {
+    // Reading from an in-memory slice cannot fail.
+    let h = murmur3::murmur3_x64_128(&mut &entity[..], 0).expect("reading a slice cannot fail");
+    h.to_le_bytes()
+}
+
+/// The shard (`0..shards`) that holds `entity`'s bits.
+///
+/// `shards` must be at least 1 (deduper validation guarantees it).
+pub fn shard_of(entity: &[u8], shards: u32) -> u32 {
+    debug_assert!(shards > 0);
+    let h = murmur3::murmur3_x64_128(&mut &entity[..], 0).expect("reading a slice cannot fail");
+    let h1 = h as u64 as i64;
+    h1.rem_euclid(i64::from(shards)) as u32
+}
+
+/// Writes the `out.len()` (= `k`) bit positions of `entity` inside its shard,
+/// each in `0..bits_per_shard`, in contract order (duplicates are kept).
+///
+/// `bits_per_shard` must be in `1..=i32::MAX` and `out.len() <= 64`
+/// (deduper validation guarantees both).
+pub fn bit_positions(entity: &[u8], bits_per_shard: u32, out: &mut [u32]) {
+    debug_assert!(bits_per_shard >= 1 && bits_per_shard <= i32::MAX as u32);
+    debug_assert!(out.len() <= 64);
+    let modulus = bits_per_shard as i32;
+    for (salt, chunk) in out.chunks_mut(4).enumerate() {
+        let mut md5 = Md5::new();
+        md5.update([salt as u8]);
+        md5.update(entity);
+        let digest = md5.finalize();
+        for (slot, word) in chunk.iter_mut().zip(digest.chunks_exact(4)) {
+            let v = i32::from_be_bytes([word[0], word[1], word[2], word[3]]);
+            *slot = (v % modulus).unsigned_abs();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::test_vectors::{cases, hex};
+
+    #[test]
+    fn murmur3_matches_reference_vectors() {
+        for case in cases() {
+            let entity = hex(&case["entity_hex"]);
+            let expected = case["murmur3_x64_128_seed0_hex"].as_str().unwrap();
+            let got: String = murmur3_x64_128(&entity).iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(got, expected, "entity {}", case["entity_hex"]);
+        }
+    }
+
+    #[test]
+    fn shard_and_bits_match_reference_vectors() {
+        for case in cases() {
+            let entity = hex(&case["entity_hex"]);
+            let shards = case["shards"].as_u64().unwrap() as u32;
+            let k = case["hash_functions"].as_u64().unwrap() as usize;
+            let bps = case["bits_per_shard"].as_u64().unwrap() as u32;
+            assert_eq!(
+                u64::from(shard_of(&entity, shards)),
+                case["shard"].as_u64().unwrap(),
+                "shard of {}",
+                case["entity_hex"]
+            );
+            let mut bits = vec![0u32; k];
+            bit_positions(&entity, bps, &mut bits);
+            let expected: Vec<u32> = case["bits"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|b| b.as_u64().unwrap() as u32)
+                .collect();
+            assert_eq!(bits, expected, "bits of {}", case["entity_hex"]);
+        }
+    }
+
+    #[test]
+    fn bits_stay_inside_the_shard_for_extreme_values() {
+        // i32::MIN % m must not overflow and abs must stay below m.
+        let mut bits = [0u32; 64];
+        for entity in [&b""[..], b"x", b"\xff\xff\xff\xff"] {
+            for m in [1u32, 2, 3, 1 << 20, i32::MAX as u32] {
+                bit_positions(entity, m, &mut bits);
+                assert!(bits.iter().all(|&b| b < m), "m={m}: {bits:?}");
+            }
+        }
+    }
+}

@@ -1,0 +1,275 @@
+//! The deduper model: a named, sized, time-windowed Bloom filter owned by a
+//! client, and the validation of everything an operator can set on it.
+
+use serde::{Deserialize, Serialize};
+
+use crate::contract::sizing::{self, Geometry, SizingError};
+use crate::contract::{MAX_BITS_PER_SHARD, MAX_HASH_FUNCTIONS};
+
+/// Longest client id or deduper name, in bytes.
+pub const MAX_NAME_LEN: usize = 128;
+
+/// Where a deduper's data lives on a multi-datacenter HBase deployment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    /// Shared by every datacenter (the main data table).
+    #[default]
+    Global,
+    /// Local to this datacenter (the `<table>_<farm>` data table).
+    Dc,
+}
+
+/// A deduper's stored configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Deduper {
+    pub client_id: String,
+    pub name: String,
+    /// `k`, shards and bits per shard: fixed at creation, since changing them
+    /// would orphan every stored bit.
+    pub geometry: Geometry,
+    /// Longest TTL an entity may have, and the default TTL, in seconds (> 0).
+    pub expiry_seconds: u64,
+    pub active: bool,
+    pub level: Level,
+    /// Milliseconds since the Unix epoch.
+    pub create_time_ms: i64,
+    /// Milliseconds since the Unix epoch.
+    pub update_time_ms: i64,
+    /// `n`, when the deduper was sized from `n` and `p`.
+    pub expected_insertions: Option<u64>,
+    /// `p`, when the deduper was sized from `n` and `p`.
+    pub false_positive_rate: Option<f64>,
+}
+
+impl Deduper {
+    /// The TTL to use for an add, in ms: `ttl_ms`, or `expiry_seconds` when 0.
+    ///
+    /// Errors with [`ModelError::TtlTooLong`] when `ttl_ms` exceeds
+    /// `expiry_seconds * 1000`.
+    pub fn effective_ttl_ms(&self, ttl_ms: u64) -> Result<u64, ModelError> {
+        let max = self.expiry_seconds.saturating_mul(1000);
+        match ttl_ms {
+            0 => Ok(max),
+            t if t <= max => Ok(t),
+            t => Err(ModelError::TtlTooLong {
+                ttl_ms: t,
+                max_ms: max,
+                deduper: self.name.clone(),
+            }),
+        }
+    }
+}
+
+/// How a new deduper is sized.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Sizing {
+    /// From expected insertions `n` and false-positive rate `p`.
+    Expected { n: u64, p: f64 },
+    /// Explicit geometry.
+    Explicit(Geometry),
+}
+
+/// Bounds that protect storage from absurd dedupers.
+#[derive(Debug, Clone, Copy)]
+pub struct SizeLimits {
+    /// Largest `bits_per_shard` chosen when sizing from `n` and `p`.
+    pub max_bits_per_shard: u32,
+    /// Largest number of shards a deduper may have.
+    pub max_shards: u32,
+}
+
+impl Default for SizeLimits {
+    fn default() -> Self {
+        SizeLimits {
+            max_bits_per_shard: 1 << 20,
+            max_shards: 65_536,
+        }
+    }
+}
+
+/// A refused model input; every message says what is allowed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ModelError {
+    #[error("{field} must be 1 to {MAX_NAME_LEN} characters of A-Z a-z 0-9 _ . -, got {value:?}")]
+    BadName { field: &'static str, value: String },
+    #[error(transparent)]
+    Sizing(#[from] SizingError),
+    #[error(
+        "give either expected_insertions and false_positive_rate, or all of hash_functions, shards and bits_per_shard; got {0}"
+    )]
+    AmbiguousSizing(String),
+    #[error("hash_functions must be 1 to {MAX_HASH_FUNCTIONS}, got {0}")]
+    BadHashFunctions(u32),
+    #[error("shards must be 1 to {max}, got {got}")]
+    BadShards { got: u32, max: u32 },
+    #[error("bits_per_shard must be 1 to {MAX_BITS_PER_SHARD}, got {0}")]
+    BadBitsPerShard(u32),
+    #[error("expiry_seconds must be 1 to {max} (100 years), got {got}")]
+    BadExpiry { got: u64, max: u64 },
+    #[error(
+        "ttl_ms {ttl_ms} exceeds deduper {deduper:?}'s expiry of {max_ms} ms; use 0 for the default or at most {max_ms}"
+    )]
+    TtlTooLong { ttl_ms: u64, max_ms: u64, deduper: String },
+}
+
+/// Longest `expiry_seconds`: 100 years keeps `now + ttl` far from `i64` ms overflow.
+pub const MAX_EXPIRY_SECONDS: u64 = 100 * 365 * 24 * 3600;
+
+/// Checks a client id or deduper name: 1..=128 bytes of `[A-Za-z0-9_.-]`
+/// (safe inside row keys, which use `|`, and HBase table names).
+pub fn validate_name(field: &'static str, value: &str) -> Result<(), ModelError> {
+    let ok = !value.is_empty()
+        && value.len() <= MAX_NAME_LEN
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ModelError::BadName {
+            field,
+            value: value.chars().take(MAX_NAME_LEN + 1).collect(),
+        })
+    }
+}
+
+/// Checks `expiry_seconds` is in `1..=MAX_EXPIRY_SECONDS`.
+pub fn validate_expiry(expiry_seconds: u64) -> Result<(), ModelError> {
+    if (1..=MAX_EXPIRY_SECONDS).contains(&expiry_seconds) {
+        Ok(())
+    } else {
+        Err(ModelError::BadExpiry {
+            got: expiry_seconds,
+            max: MAX_EXPIRY_SECONDS,
+        })
+    }
+}
+
+/// Resolves a sizing request to a geometry within `limits`.
+pub fn resolve_geometry(sizing: &Sizing, limits: &SizeLimits) -> Result<Geometry, ModelError> {
+    match sizing {
+        Sizing::Expected { n, p } => Ok(sizing::size_for(
+            *n,
+            *p,
+            u64::from(limits.max_bits_per_shard),
+            limits.max_shards,
+        )?),
+        Sizing::Explicit(g) => {
+            if g.hash_functions == 0 || g.hash_functions > MAX_HASH_FUNCTIONS {
+                return Err(ModelError::BadHashFunctions(g.hash_functions));
+            }
+            if g.shards == 0 || g.shards > limits.max_shards {
+                return Err(ModelError::BadShards {
+                    got: g.shards,
+                    max: limits.max_shards,
+                });
+            }
+            if g.bits_per_shard == 0 || g.bits_per_shard > MAX_BITS_PER_SHARD {
+                return Err(ModelError::BadBitsPerShard(g.bits_per_shard));
+            }
+            Ok(*g)
+        }
+    }
+}
+
+/// Reads the sizing form from raw request fields (zero = not given).
+pub fn sizing_from_fields(n: u64, p: f64, k: u32, shards: u32, bits_per_shard: u32) -> Result<Sizing, ModelError> {
+    let expected = n != 0 || p != 0.0;
+    let explicit = k != 0 || shards != 0 || bits_per_shard != 0;
+    match (expected, explicit) {
+        (true, false) => Ok(Sizing::Expected { n, p }),
+        (false, true) => Ok(Sizing::Explicit(Geometry {
+            hash_functions: k,
+            shards,
+            bits_per_shard,
+        })),
+        (true, true) => Err(ModelError::AmbiguousSizing("both forms".into())),
+        (false, false) => Err(ModelError::AmbiguousSizing("neither".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_restricted_to_row_key_safe_characters() {
+        for ok in ["a", "client-a", "orders_v2.eu", &"x".repeat(128)] {
+            assert!(validate_name("name", ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "a|b", "a b", "ü", &"x".repeat(129), "a:b", "a/b"] {
+            assert!(validate_name("name", bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn sizing_forms_are_exclusive() {
+        assert_eq!(
+            sizing_from_fields(10, 0.1, 0, 0, 0).unwrap(),
+            Sizing::Expected { n: 10, p: 0.1 }
+        );
+        assert!(matches!(
+            sizing_from_fields(0, 0.0, 3, 2, 100).unwrap(),
+            Sizing::Explicit(_)
+        ));
+        assert!(sizing_from_fields(10, 0.1, 3, 0, 0).is_err());
+        assert!(sizing_from_fields(0, 0.0, 0, 0, 0).is_err());
+    }
+
+    #[test]
+    fn explicit_geometry_bounds() {
+        let limits = SizeLimits::default();
+        let g = |k, s, b| {
+            Sizing::Explicit(Geometry {
+                hash_functions: k,
+                shards: s,
+                bits_per_shard: b,
+            })
+        };
+        assert!(resolve_geometry(&g(7, 10, 1000), &limits).is_ok());
+        assert!(resolve_geometry(&g(64, 65_536, MAX_BITS_PER_SHARD), &limits).is_ok());
+        assert_eq!(
+            resolve_geometry(&g(65, 1, 1), &limits),
+            Err(ModelError::BadHashFunctions(65))
+        );
+        assert_eq!(
+            resolve_geometry(&g(0, 1, 1), &limits),
+            Err(ModelError::BadHashFunctions(0))
+        );
+        assert_eq!(
+            resolve_geometry(&g(1, 65_537, 1), &limits),
+            Err(ModelError::BadShards {
+                got: 65_537,
+                max: 65_536
+            })
+        );
+        assert_eq!(
+            resolve_geometry(&g(1, 1, 1 << 31), &limits),
+            Err(ModelError::BadBitsPerShard(1 << 31))
+        );
+    }
+
+    #[test]
+    fn ttl_defaults_to_expiry_and_is_capped_by_it() {
+        let d = Deduper {
+            client_id: "c".into(),
+            name: "d".into(),
+            geometry: Geometry {
+                hash_functions: 1,
+                shards: 1,
+                bits_per_shard: 1,
+            },
+            expiry_seconds: 60,
+            active: true,
+            level: Level::Global,
+            create_time_ms: 0,
+            update_time_ms: 0,
+            expected_insertions: None,
+            false_positive_rate: None,
+        };
+        assert_eq!(d.effective_ttl_ms(0), Ok(60_000));
+        assert_eq!(d.effective_ttl_ms(60_000), Ok(60_000));
+        assert!(matches!(d.effective_ttl_ms(60_001), Err(ModelError::TtlTooLong { .. })));
+    }
+}

@@ -1,0 +1,63 @@
+//! `solus` binary: parses the command line and runs the server or a client command.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use solus::cli::{Cli, Command};
+use solus::config::Settings;
+use tracing_subscriber::EnvFilter;
+
+fn init_logging(level: &str, json: bool) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("installing the SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+async fn serve(config: Option<std::path::PathBuf>) -> anyhow::Result<()> {
+    let settings = Settings::load(config.as_deref())?;
+    init_logging(&settings.log.level, settings.log.json);
+    let listener = tokio::net::TcpListener::bind(settings.server.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("binding {}: {e}", settings.server.listen))?;
+    solus::server::serve(settings, listener, shutdown_signal()).await
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve { config } => serve(config).await,
+        other => {
+            init_logging("warn", false);
+            solus::cli::run(other).await
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

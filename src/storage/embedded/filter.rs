@@ -1,0 +1,239 @@
+//! One deduper's bits in memory: per shard, lazily allocated pages of expiry
+//! stamps. A stamp is the expiry time in whole seconds since the Unix epoch,
+//! rounded up (so a bit may outlive its TTL by under a second, never the
+//! reverse); 0 means never set. Writes are lock-free `fetch_max`, which is
+//! what keeps an expiry from moving backwards.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use crate::contract::sizing::Geometry;
+
+/// Bits per page: the unit of allocation, dirtiness and persistence (4 KiB).
+pub const PAGE_BITS: u32 = 1024;
+
+/// Stamp for an expiry time in ms: whole seconds, rounded up, at least 1.
+pub fn stamp_of(expire_ms: i64) -> u32 {
+    let secs = expire_ms.max(1).div_euclid(1000) + i64::from(expire_ms.rem_euclid(1000) != 0);
+    secs.clamp(1, i64::from(u32::MAX)) as u32
+}
+
+/// Expiry time in ms of a non-zero stamp.
+pub fn expire_ms_of(stamp: u32) -> i64 {
+    i64::from(stamp) * 1000
+}
+
+/// A page of stamps plus a flag saying it changed since it was last persisted.
+pub struct Page {
+    stamps: Box<[AtomicU32]>,
+    dirty: AtomicBool,
+}
+
+impl Page {
+    fn new(len: u32) -> Page {
+        Page {
+            stamps: (0..len).map(|_| AtomicU32::new(0)).collect(),
+            dirty: AtomicBool::new(false),
+        }
+    }
+
+    /// Raises stamp `i` to at least `stamp`; returns the previous stamp.
+    /// Marks the page dirty even when nothing changed: the writer's journal
+    /// record may be checkpointed away, so the page must be saved after it.
+    fn raise(&self, i: usize, stamp: u32) -> u32 {
+        let prev = self.stamps[i].fetch_max(stamp, Ordering::AcqRel);
+        if !self.dirty.load(Ordering::Acquire) {
+            self.dirty.store(true, Ordering::Release);
+        }
+        prev
+    }
+
+    /// Marks the page as needing to be saved.
+    pub fn mark_dirty(&self) {
+        self.dirty.store(true, Ordering::Release);
+    }
+
+    /// Clears the dirty flag, returning whether it was set.
+    pub fn take_dirty(&self) -> bool {
+        self.dirty.swap(false, Ordering::AcqRel)
+    }
+
+    /// Zeroes every stamp that expired before `now_stamp`; returns whether
+    /// any did (and then marks the page dirty so the sweep is persisted).
+    pub fn sweep(&self, now_stamp: u32) -> bool {
+        let mut swept = false;
+        for s in self.stamps.iter() {
+            let v = s.load(Ordering::Relaxed);
+            // A concurrent raise wins the race: the CAS then fails and we leave it.
+            if v != 0 && v < now_stamp && s.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                swept = true;
+            }
+        }
+        if swept {
+            self.dirty.store(true, Ordering::Release);
+        }
+        swept
+    }
+
+    /// The stamps as little-endian `u32`s, or `None` when all are zero.
+    pub fn encode(&self) -> Option<Vec<u8>> {
+        let mut out = Vec::with_capacity(self.stamps.len() * 4);
+        let mut any = false;
+        for s in self.stamps.iter() {
+            let v = s.load(Ordering::Acquire);
+            any |= v != 0;
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        any.then_some(out)
+    }
+
+    /// Merges stored stamps into the page (max, so order does not matter).
+    fn merge_encoded(&self, bytes: &[u8]) {
+        for (s, chunk) in self.stamps.iter().zip(bytes.chunks_exact(4)) {
+            let v = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
+            if v != 0 {
+                s.fetch_max(v, Ordering::AcqRel);
+            }
+        }
+    }
+}
+
+type Shard = Box<[OnceLock<Page>]>;
+
+/// All pages of one deduper.
+pub struct Filter {
+    page_len: u32,
+    pages_per_shard: u32,
+    shards: Box<[OnceLock<Shard>]>,
+}
+
+impl Filter {
+    pub fn new(geometry: &Geometry) -> Filter {
+        let page_len = geometry.bits_per_shard.min(PAGE_BITS);
+        Filter {
+            page_len,
+            pages_per_shard: geometry.bits_per_shard.div_ceil(page_len),
+            shards: (0..geometry.shards).map(|_| OnceLock::new()).collect(),
+        }
+    }
+
+    fn locate(&self, shard: u32, bit: u32) -> (usize, usize, usize) {
+        (
+            shard as usize,
+            (bit / self.page_len) as usize,
+            (bit % self.page_len) as usize,
+        )
+    }
+
+    fn page(&self, shard: usize, page: usize) -> Option<&Page> {
+        self.shards.get(shard)?.get()?.get(page)?.get()
+    }
+
+    fn page_or_alloc(&self, shard: usize, page: usize) -> Option<&Page> {
+        let pages = self
+            .shards
+            .get(shard)?
+            .get_or_init(|| (0..self.pages_per_shard).map(|_| OnceLock::new()).collect());
+        Some(pages.get(page)?.get_or_init(|| Page::new(self.page_len)))
+    }
+
+    /// The stamp of a bit (0 when never set or out of range).
+    pub fn get(&self, shard: u32, bit: u32) -> u32 {
+        let (s, p, i) = self.locate(shard, bit);
+        self.page(s, p).map_or(0, |page| page.stamps[i].load(Ordering::Acquire))
+    }
+
+    /// Raises a bit's stamp to at least `stamp`; returns the previous one.
+    /// Out-of-range addresses (impossible for validated input) are ignored.
+    pub fn raise(&self, shard: u32, bit: u32, stamp: u32) -> u32 {
+        let (s, p, i) = self.locate(shard, bit);
+        self.page_or_alloc(s, p).map_or(0, |page| page.raise(i, stamp))
+    }
+
+    /// Merges a persisted page into memory.
+    pub fn load_page(&self, shard: u32, page: u32, bytes: &[u8]) {
+        if let Some(p) = self.page_or_alloc(shard as usize, page as usize) {
+            p.merge_encoded(bytes);
+        }
+    }
+
+    /// Every allocated page with its shard and page index.
+    pub fn pages(&self) -> impl Iterator<Item = (u32, u32, &Page)> {
+        self.shards
+            .iter()
+            .enumerate()
+            .filter_map(|(s, shard)| shard.get().map(|pages| (s, pages)))
+            .flat_map(|(s, pages)| {
+                pages
+                    .iter()
+                    .enumerate()
+                    .filter_map(move |(p, page)| page.get().map(|page| (s as u32, p as u32, page)))
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn filter(shards: u32, bps: u32) -> Filter {
+        Filter::new(&Geometry {
+            hash_functions: 3,
+            shards,
+            bits_per_shard: bps,
+        })
+    }
+
+    #[test]
+    fn stamps_round_expiry_up_to_whole_seconds() {
+        assert_eq!(stamp_of(1_764_460_800_000), 1_764_460_800);
+        assert_eq!(stamp_of(1_764_460_800_001), 1_764_460_801);
+        assert_eq!(stamp_of(999), 1);
+        assert_eq!(stamp_of(0), 1);
+        assert!(expire_ms_of(stamp_of(1_234_567)) >= 1_234_567);
+    }
+
+    #[test]
+    fn raise_never_moves_backwards() {
+        let f = filter(2, 5000);
+        assert_eq!(f.get(1, 4999), 0);
+        assert_eq!(f.raise(1, 4999, 100), 0);
+        assert_eq!(f.raise(1, 4999, 50), 100);
+        assert_eq!(f.get(1, 4999), 100);
+        assert_eq!(f.raise(1, 4999, 200), 100);
+        assert_eq!(f.get(1, 4999), 200);
+        assert_eq!(f.get(0, 4999), 0);
+        // Out of range is ignored, not a panic.
+        assert_eq!(f.raise(2, 0, 1), 0);
+        assert_eq!(f.get(1, 5000), 0);
+    }
+
+    #[test]
+    fn pages_round_trip_and_sweep() {
+        let f = filter(3, 3000);
+        f.raise(2, 2047, 10);
+        f.raise(2, 2048, 30);
+        let pages: Vec<_> = f.pages().map(|(s, p, _)| (s, p)).collect();
+        assert_eq!(pages, vec![(2, 1), (2, 2)]);
+        let g = filter(3, 3000);
+        for (s, p, page) in f.pages() {
+            assert!(page.take_dirty());
+            assert!(!page.take_dirty());
+            g.load_page(s, p, &page.encode().unwrap());
+        }
+        assert_eq!((g.get(2, 2047), g.get(2, 2048)), (10, 30));
+        let (_, _, page) = f.pages().next().unwrap();
+        assert!(page.sweep(20));
+        assert!(page.take_dirty());
+        assert_eq!(page.encode(), None);
+        assert_eq!(f.get(2, 2048), 30);
+    }
+
+    #[test]
+    fn tiny_shards_get_tiny_pages() {
+        let f = filter(1, 48);
+        f.raise(0, 47, 1);
+        let (_, _, page) = f.pages().next().unwrap();
+        assert_eq!(page.encode().unwrap().len(), 48 * 4);
+    }
+}

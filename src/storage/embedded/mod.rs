@@ -1,0 +1,445 @@
+//! The embedded store: the default backend, one process, nothing to install.
+//!
+//! Bits live in memory as pages of expiry stamps ([`filter`]), answering
+//! reads without I/O. Durability comes from fjall (a pure-Rust LSM engine):
+//! every write request appends one compact record to a journal keyspace
+//! before it is acknowledged, and a background checkpoint saves the pages
+//! that changed and then drops the journal records they cover. Because a
+//! write only ever raises a stamp (max), records can be replayed in any order
+//! and replaying one twice is harmless, which keeps recovery simple: load
+//! the pages, replay the journal.
+//!
+//! Durability: fjall hands every journal append to the OS before we return,
+//! so an acknowledged write survives `kill -9` of the process. With
+//! `fsync = true` each write is also `fdatasync`ed before it is acknowledged,
+//! so it survives power loss / an OS crash too.
+
+mod codec;
+pub mod filter;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use serde::Deserialize;
+
+use self::filter::{Filter, expire_ms_of, stamp_of};
+use super::{BitAddr, Cell, StorageError, Store};
+use crate::deduper::Deduper;
+
+/// Settings of the embedded store (`storage.embedded.*`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EmbeddedConfig {
+    /// Data directory, created when missing. Default `./data`.
+    pub path: PathBuf,
+    /// `fdatasync` the journal before acknowledging each write. Default false.
+    pub fsync: bool,
+    /// Checkpoint at least this often, in ms. Default 10,000.
+    pub checkpoint_interval_ms: u64,
+    /// Checkpoint early once this many journal bytes piled up. Default 64 MiB.
+    pub checkpoint_journal_bytes: u64,
+    /// Physically drop expired bits this often, in seconds. Default 600.
+    pub sweep_interval_seconds: u64,
+    /// fjall block cache, in MiB. Default 32.
+    pub cache_mib: u64,
+}
+
+impl Default for EmbeddedConfig {
+    fn default() -> Self {
+        EmbeddedConfig {
+            path: PathBuf::from("./data"),
+            fsync: false,
+            checkpoint_interval_ms: 10_000,
+            checkpoint_journal_bytes: 64 << 20,
+            sweep_interval_seconds: 600,
+            cache_mib: 32,
+        }
+    }
+}
+
+fn unavailable(e: impl std::fmt::Display) -> StorageError {
+    StorageError::Unavailable(format!("embedded store: {e}"))
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// One deduper's in-memory bits, plus the lock that makes read-and-write atomic.
+struct Entry {
+    filter: Filter,
+    rmw: Mutex<()>,
+}
+
+struct Inner {
+    config: EmbeddedConfig,
+    db: Database,
+    meta: Keyspace,
+    pages: Keyspace,
+    journal: Keyspace,
+    entries: RwLock<HashMap<Vec<u8>, Arc<Entry>>>,
+    /// Serialises meta changes so create is check-then-insert safe.
+    meta_lock: Mutex<()>,
+    next_seq: AtomicU64,
+    journal_bytes: AtomicU64,
+    checkpoint_lock: Mutex<()>,
+    stop: Mutex<bool>,
+    wake: Condvar,
+}
+
+/// The embedded store; see the module docs.
+pub struct EmbeddedStore {
+    inner: Arc<Inner>,
+    worker: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl EmbeddedStore {
+    /// Opens (or creates) the store at `config.path`, loads every deduper's
+    /// pages and replays the journal. Errors with `Unavailable` when the
+    /// directory cannot be opened (e.g. another process holds it) and
+    /// `Corrupt` when stored data cannot be decoded.
+    pub fn open(config: EmbeddedConfig) -> Result<EmbeddedStore, StorageError> {
+        std::fs::create_dir_all(&config.path)
+            .map_err(|e| unavailable(format!("creating {}: {e}", config.path.display())))?;
+        let db = Database::builder(&config.path)
+            .cache_size(config.cache_mib << 20)
+            .open()
+            .map_err(|e| unavailable(format!("opening {}: {e}", config.path.display())))?;
+        let ks = |name| db.keyspace(name, KeyspaceCreateOptions::default).map_err(unavailable);
+        let (meta, pages, journal) = (ks("meta")?, ks("pages")?, ks("journal")?);
+        let inner = Inner {
+            config,
+            db,
+            meta,
+            pages,
+            journal,
+            entries: RwLock::new(HashMap::new()),
+            meta_lock: Mutex::new(()),
+            next_seq: AtomicU64::new(0),
+            journal_bytes: AtomicU64::new(0),
+            checkpoint_lock: Mutex::new(()),
+            stop: Mutex::new(false),
+            wake: Condvar::new(),
+        };
+        inner.recover()?;
+        let inner = Arc::new(inner);
+        let worker = {
+            let inner = inner.clone();
+            std::thread::Builder::new()
+                .name("solus-checkpoint".into())
+                .spawn(move || inner.checkpoint_loop())
+                .map_err(unavailable)?
+        };
+        Ok(EmbeddedStore {
+            inner,
+            worker: Mutex::new(Some(worker)),
+        })
+    }
+
+    /// Bytes the store occupies on disk (journal and tables).
+    pub fn disk_space(&self) -> u64 {
+        self.inner.db.disk_space().unwrap_or(0)
+    }
+
+    /// Saves every changed page and truncates the journal now.
+    pub fn checkpoint(&self) -> Result<(), StorageError> {
+        self.inner.checkpoint(false)
+    }
+
+    fn write(
+        &self,
+        deduper: &Deduper,
+        bits: &[BitAddr],
+        expire_ms: i64,
+        read: bool,
+    ) -> Result<Vec<Cell>, StorageError> {
+        let inner = &self.inner;
+        let entry = inner.entry(deduper);
+        let stamp = stamp_of(expire_ms);
+        let mut cells = Vec::with_capacity(if read { bits.len() } else { 0 });
+        {
+            let _atomic = read.then(|| entry.rmw.lock().unwrap_or_else(|p| p.into_inner()));
+            for a in bits {
+                let prev = entry.filter.raise(a.shard, a.bit, stamp);
+                if read {
+                    cells.push(cell_of(prev));
+                }
+            }
+        }
+        // The sequence number is taken after the bits are in memory: a
+        // checkpoint that sees this number also sees the bits (see checkpoint).
+        let seq = inner.next_seq.fetch_add(1, Ordering::SeqCst);
+        let record = codec::encode_write(&codec::deduper_key(&deduper.client_id, &deduper.name), stamp, bits);
+        let len = record.len() as u64;
+        inner.journal.insert(seq.to_be_bytes(), record).map_err(unavailable)?;
+        if inner.config.fsync {
+            inner.db.persist(PersistMode::SyncData).map_err(unavailable)?;
+        }
+        if inner.journal_bytes.fetch_add(len, Ordering::Relaxed) + len > inner.config.checkpoint_journal_bytes {
+            inner.wake.notify_one();
+        }
+        Ok(cells)
+    }
+
+    fn put_meta(&self, deduper: &Deduper) -> Result<(), StorageError> {
+        let key = codec::deduper_key(&deduper.client_id, &deduper.name);
+        let json = serde_json::to_vec(deduper).map_err(|e| StorageError::Corrupt(e.to_string()))?;
+        self.inner.meta.insert(key, json).map_err(unavailable)?;
+        self.inner.db.persist(PersistMode::SyncData).map_err(unavailable)
+    }
+}
+
+fn cell_of(stamp: u32) -> Cell {
+    Cell {
+        expire_ms: (stamp != 0).then(|| expire_ms_of(stamp)),
+        legacy: None,
+    }
+}
+
+fn decode_meta(bytes: &[u8]) -> Result<Deduper, StorageError> {
+    serde_json::from_slice(bytes).map_err(|e| StorageError::Corrupt(format!("deduper config: {e}")))
+}
+
+impl Inner {
+    fn entry(&self, deduper: &Deduper) -> Arc<Entry> {
+        let key = codec::deduper_key(&deduper.client_id, &deduper.name);
+        if let Some(e) = self.entries.read().unwrap_or_else(|p| p.into_inner()).get(&key) {
+            return e.clone();
+        }
+        let mut map = self.entries.write().unwrap_or_else(|p| p.into_inner());
+        map.entry(key)
+            .or_insert_with(|| {
+                Arc::new(Entry {
+                    filter: Filter::new(&deduper.geometry),
+                    rmw: Mutex::new(()),
+                })
+            })
+            .clone()
+    }
+
+    fn recover(&self) -> Result<(), StorageError> {
+        let mut map = HashMap::new();
+        for kv in self.meta.iter() {
+            let (key, value) = kv.into_inner().map_err(unavailable)?;
+            let d = decode_meta(&value)?;
+            map.insert(
+                key.to_vec(),
+                Arc::new(Entry {
+                    filter: Filter::new(&d.geometry),
+                    rmw: Mutex::new(()),
+                }),
+            );
+        }
+        let mut pages = 0u64;
+        for kv in self.pages.iter() {
+            let (key, value) = kv.into_inner().map_err(unavailable)?;
+            let (deduper, shard, page) = codec::parse_page_key(&key)?;
+            if let Some(e) = map.get(deduper) {
+                e.filter.load_page(shard, page, &value);
+                pages += 1;
+            }
+        }
+        let (mut records, mut next) = (0u64, 0u64);
+        for kv in self.journal.iter() {
+            let (key, value) = kv.into_inner().map_err(unavailable)?;
+            let seq = u64::from_be_bytes(
+                key.as_ref()
+                    .try_into()
+                    .map_err(|_| StorageError::Corrupt("journal key".into()))?,
+            );
+            let w = codec::decode_write(&value)?;
+            if let Some(e) = map.get(w.deduper) {
+                for a in &w.bits {
+                    e.filter.raise(a.shard, a.bit, w.stamp);
+                }
+            }
+            records += 1;
+            next = next.max(seq + 1);
+        }
+        tracing::info!(
+            dedupers = map.len(),
+            pages,
+            journal_records = records,
+            "embedded store recovered"
+        );
+        self.next_seq.store(next, Ordering::SeqCst);
+        *self.entries.write().unwrap_or_else(|p| p.into_inner()) = map;
+        Ok(())
+    }
+
+    fn checkpoint_loop(&self) {
+        let interval = Duration::from_millis(self.config.checkpoint_interval_ms.max(10));
+        let sweep_every = Duration::from_secs(self.config.sweep_interval_seconds.max(1));
+        let mut last_sweep = std::time::Instant::now();
+        loop {
+            {
+                let stop = self.stop.lock().unwrap_or_else(|p| p.into_inner());
+                if *stop {
+                    return;
+                }
+                let (stop, _) = self
+                    .wake
+                    .wait_timeout(stop, interval)
+                    .unwrap_or_else(|p| p.into_inner());
+                if *stop {
+                    return;
+                }
+            }
+            let sweep = last_sweep.elapsed() >= sweep_every;
+            if sweep {
+                last_sweep = std::time::Instant::now();
+            }
+            if let Err(e) = self.checkpoint(sweep) {
+                tracing::error!(error = %e, "embedded store checkpoint failed; the journal is kept and it will be retried");
+            }
+        }
+    }
+
+    /// Saves changed pages, then deletes the journal records they cover.
+    ///
+    /// Every record numbered below `upto` had its bits raised in memory and
+    /// its page marked dirty before its number was taken, so the pages saved
+    /// after reading `upto` include it. Records from `upto` on stay.
+    fn checkpoint(&self, sweep: bool) -> Result<(), StorageError> {
+        let _one = self.checkpoint_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let upto = self.next_seq.load(Ordering::SeqCst);
+        let entries: Vec<(Vec<u8>, Arc<Entry>)> = self
+            .entries
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(k, e)| (k.clone(), e.clone()))
+            .collect();
+        let now_stamp = stamp_of(now_ms());
+        let result = self.save_pages(&entries, sweep.then_some(now_stamp));
+        if let Err(e) = result {
+            // Dirty flags were taken: put them back so nothing is skipped next time.
+            for (_, e) in &entries {
+                e.filter.pages().for_each(|(_, _, p)| p.mark_dirty());
+            }
+            return Err(e);
+        }
+        let mut batch = self.db.batch();
+        for kv in self.journal.range(..upto.to_be_bytes()) {
+            batch.remove(&self.journal, kv.key().map_err(unavailable)?);
+        }
+        batch.commit().map_err(unavailable)?;
+        self.journal_bytes.store(0, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn save_pages(&self, entries: &[(Vec<u8>, Arc<Entry>)], sweep_before: Option<u32>) -> Result<(), StorageError> {
+        let mut batch = self.db.batch();
+        for (key, entry) in entries {
+            for (shard, page_no, page) in entry.filter.pages() {
+                if let Some(now) = sweep_before {
+                    page.sweep(now);
+                }
+                if !page.take_dirty() {
+                    continue;
+                }
+                let pk = codec::page_key(key, shard, page_no);
+                match page.encode() {
+                    Some(v) => batch.insert(&self.pages, pk, v),
+                    None => batch.remove(&self.pages, pk),
+                }
+                if batch.len() >= 4096 {
+                    std::mem::replace(&mut batch, self.db.batch())
+                        .commit()
+                        .map_err(unavailable)?;
+                }
+            }
+        }
+        batch.commit().map_err(unavailable)?;
+        self.db.persist(PersistMode::SyncAll).map_err(unavailable)
+    }
+}
+
+impl Store for EmbeddedStore {
+    fn kind(&self) -> &'static str {
+        "embedded"
+    }
+
+    fn read_bits(&self, deduper: &Deduper, bits: &[BitAddr]) -> Result<Vec<Cell>, StorageError> {
+        let entry = self.inner.entry(deduper);
+        Ok(bits.iter().map(|a| cell_of(entry.filter.get(a.shard, a.bit))).collect())
+    }
+
+    fn write_bits(&self, deduper: &Deduper, bits: &[BitAddr], expire_ms: i64) -> Result<(), StorageError> {
+        self.write(deduper, bits, expire_ms, false).map(drop)
+    }
+
+    fn read_and_write_bits(
+        &self,
+        deduper: &Deduper,
+        bits: &[BitAddr],
+        expire_ms: i64,
+    ) -> Result<Vec<Cell>, StorageError> {
+        self.write(deduper, bits, expire_ms, true)
+    }
+
+    fn create_deduper(&self, deduper: &Deduper) -> Result<(), StorageError> {
+        let _g = self.inner.meta_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let key = codec::deduper_key(&deduper.client_id, &deduper.name);
+        if self.inner.meta.contains_key(&key).map_err(unavailable)? {
+            return Err(StorageError::AlreadyExists);
+        }
+        self.put_meta(deduper)?;
+        self.inner.entry(deduper);
+        Ok(())
+    }
+
+    fn update_deduper(&self, deduper: &Deduper) -> Result<(), StorageError> {
+        let _g = self.inner.meta_lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.put_meta(deduper)
+    }
+
+    fn get_deduper(&self, client_id: &str, name: &str) -> Result<Option<Deduper>, StorageError> {
+        let value = self
+            .inner
+            .meta
+            .get(codec::deduper_key(client_id, name))
+            .map_err(unavailable)?;
+        value.map(|v| decode_meta(&v)).transpose()
+    }
+
+    fn list_dedupers(&self, client_id: &str, active_only: bool) -> Result<Vec<Deduper>, StorageError> {
+        let mut out = Vec::new();
+        for kv in self.inner.meta.prefix(codec::client_prefix(client_id)) {
+            let d = decode_meta(&kv.value().map_err(unavailable)?)?;
+            if d.active || !active_only {
+                out.push(d);
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    fn ping(&self) -> Result<(), StorageError> {
+        Ok(())
+    }
+
+    fn flush(&self) -> Result<(), StorageError> {
+        self.inner.checkpoint(false)
+    }
+}
+
+impl Drop for EmbeddedStore {
+    fn drop(&mut self) {
+        *self.inner.stop.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.inner.wake.notify_all();
+        if let Some(w) = self.worker.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = w.join();
+        }
+        if let Err(e) = self.inner.checkpoint(false) {
+            tracing::warn!(error = %e, "final checkpoint failed; the journal will be replayed at next start");
+        }
+    }
+}
