@@ -1,0 +1,194 @@
+//! Test harness: starts a real Solus server on an ephemeral port over a given
+//! storage backend and hands out tonic clients.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use solus::api::pb::deduper_admin_service_client::DeduperAdminServiceClient;
+use solus::api::pb::deduper_service_client::DeduperServiceClient;
+use solus::api::pb::{self, Level};
+use solus::config::Settings;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tonic::transport::Channel;
+
+/// A storage backend the suite runs against.
+pub struct TestBackend {
+    pub name: &'static str,
+    /// Settings with the backend filled in; `server.listen` is ignored.
+    pub settings: Settings,
+    /// Whether concurrent AddIfAbsent calls are atomic (embedded: yes).
+    pub atomic_add_if_absent: bool,
+    _dir: Arc<tempfile::TempDir>,
+}
+
+impl TestBackend {
+    /// The embedded store in a fresh temporary directory.
+    pub fn embedded() -> TestBackend {
+        let dir = Arc::new(tempfile::tempdir().expect("temp dir"));
+        let mut settings = Settings::default();
+        settings.storage.embedded.path = dir.path().join("data");
+        settings.server.health_check_interval_ms = 200;
+        TestBackend {
+            name: "embedded",
+            settings,
+            atomic_add_if_absent: true,
+            _dir: dir,
+        }
+    }
+
+    pub fn data_path(&self) -> PathBuf {
+        self.settings.storage.embedded.path.clone()
+    }
+}
+
+/// A running server.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub channel: Channel,
+    shutdown: Option<oneshot::Sender<()>>,
+    join: Option<JoinHandle<anyhow::Result<()>>>,
+}
+
+impl TestServer {
+    pub async fn start(backend: &TestBackend) -> TestServer {
+        Self::start_with(backend.settings.clone()).await
+    }
+
+    pub async fn start_with(settings: Settings) -> TestServer {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = oneshot::channel();
+        let join = tokio::spawn(solus::server::serve(settings, listener, async {
+            let _ = rx.await;
+        }));
+        let channel = Channel::from_shared(format!("http://{addr}")).unwrap().connect_lazy();
+        let server = TestServer {
+            addr,
+            channel,
+            shutdown: Some(tx),
+            join: Some(join),
+        };
+        server.wait_ready().await;
+        server
+    }
+
+    async fn wait_ready(&self) {
+        let mut health = tonic_health::pb::health_client::HealthClient::new(self.channel.clone());
+        for _ in 0..200 {
+            let req = tonic_health::pb::HealthCheckRequest { service: String::new() };
+            if health.check(req).await.is_ok() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+        panic!("server at {} did not become ready", self.addr);
+    }
+
+    pub fn data(&self) -> DeduperServiceClient<Channel> {
+        DeduperServiceClient::new(self.channel.clone())
+    }
+
+    pub fn admin(&self) -> DeduperAdminServiceClient<Channel> {
+        DeduperAdminServiceClient::new(self.channel.clone())
+    }
+
+    /// Graceful shutdown; panics if the server failed.
+    pub async fn stop(mut self) {
+        let _ = self.shutdown.take().unwrap().send(());
+        self.join
+            .take()
+            .unwrap()
+            .await
+            .expect("server task")
+            .expect("server result");
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// A create request sized from n and p.
+pub fn create_np(client: &str, name: &str, n: u64, p: f64, expiry_seconds: u64) -> pb::CreateDeduperRequest {
+    pb::CreateDeduperRequest {
+        client_id: client.into(),
+        name: name.into(),
+        expected_insertions: n,
+        false_positive_rate: p,
+        expiry_seconds,
+        level: Level::Global as i32,
+        ..Default::default()
+    }
+}
+
+/// A create request with explicit geometry.
+pub fn create_geom(client: &str, name: &str, k: u32, shards: u32, bps: u32, expiry: u64) -> pb::CreateDeduperRequest {
+    pb::CreateDeduperRequest {
+        client_id: client.into(),
+        name: name.into(),
+        hash_functions: k,
+        shards,
+        bits_per_shard: bps,
+        expiry_seconds: expiry,
+        level: Level::Global as i32,
+        ..Default::default()
+    }
+}
+
+pub fn ents<S: AsRef<[u8]>>(items: &[S]) -> Vec<prost::bytes::Bytes> {
+    items
+        .iter()
+        .map(|s| prost::bytes::Bytes::copy_from_slice(s.as_ref()))
+        .collect()
+}
+
+pub async fn add(s: &TestServer, client: &str, deduper: &str, items: &[&str], ttl_ms: u64) -> u32 {
+    let req = pb::AddRequest {
+        client_id: client.into(),
+        deduper: deduper.into(),
+        entities: ents(items),
+        ttl_ms,
+    };
+    s.data().add(req).await.expect("Add").into_inner().added
+}
+
+pub async fn absent(s: &TestServer, client: &str, deduper: &str, items: &[&str]) -> Vec<bool> {
+    let req = pb::CheckAbsenceRequest {
+        client_id: client.into(),
+        deduper: deduper.into(),
+        entities: ents(items),
+    };
+    s.data()
+        .check_absence(req)
+        .await
+        .expect("CheckAbsence")
+        .into_inner()
+        .absent
+}
+
+pub async fn add_if_absent(s: &TestServer, client: &str, deduper: &str, items: &[&str], ttl_ms: u64) -> Vec<bool> {
+    let req = pb::AddIfAbsentRequest {
+        client_id: client.into(),
+        deduper: deduper.into(),
+        entities: ents(items),
+        ttl_ms,
+    };
+    s.data()
+        .add_if_absent(req)
+        .await
+        .expect("AddIfAbsent")
+        .into_inner()
+        .absent
+}
+
+/// Lines of a shared data file (`../shared/data/<name>`).
+pub fn shared_data(name: &str) -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data")).join(name)
+}

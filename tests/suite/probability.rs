@@ -1,0 +1,122 @@
+//! Statistical behaviour on real key sets: false-positive rate at design
+//! load, and a replay of a skewed real event stream with an exact set beside it.
+
+use std::io::BufRead;
+
+use solus::api::pb;
+
+use crate::common::*;
+
+fn pypi_names(count: usize) -> Vec<String> {
+    let file = std::fs::File::open(shared_data("pypi-names.txt")).expect("../shared/data/pypi-names.txt");
+    std::io::BufReader::new(file)
+        .lines()
+        .take(count)
+        .map(|l| l.unwrap())
+        .collect()
+}
+
+/// Insert `n` real names, query 200,000 disjoint ones: the observed rate
+/// must sit near `p`. Hashing is deterministic and the key sets fixed, so the
+/// result is reproducible; the band is wide (about +/-10 binomial standard
+/// deviations) but a broken hash (correlated bits, bad shard spread) falls out.
+pub async fn false_positive_rate_at_design_load(b: &TestBackend) {
+    let mut settings = b.settings.clone();
+    settings.limits.max_bits_per_shard = 65_536; // force several shards
+    let s = TestServer::start_with(settings).await;
+    let (n, p) = (50_000usize, 0.01);
+    let d = s
+        .admin()
+        .create_deduper(create_np("c", "fp", n as u64, p, 3600))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((d.shards, d.hash_functions), (8, 7));
+    let names = pypi_names(n + 200_000);
+    let (inserted, queried) = names.split_at(n);
+    let mut data = s.data();
+    for chunk in inserted.chunks(5000) {
+        let req = pb::AddRequest {
+            client_id: "c".into(),
+            deduper: "fp".into(),
+            entities: ents(chunk),
+            ttl_ms: 0,
+        };
+        data.add(req).await.unwrap();
+    }
+    let mut false_positives = 0usize;
+    for chunk in queried.chunks(5000) {
+        let req = pb::CheckAbsenceRequest {
+            client_id: "c".into(),
+            deduper: "fp".into(),
+            entities: ents(chunk),
+        };
+        false_positives += data
+            .check_absence(req)
+            .await
+            .unwrap()
+            .into_inner()
+            .absent
+            .iter()
+            .filter(|a| !**a)
+            .count();
+    }
+    let rate = false_positives as f64 / queried.len() as f64;
+    assert!(
+        (0.0075..0.0125).contains(&rate),
+        "observed false-positive rate {rate} for p = {p}"
+    );
+    // And no false negatives among the inserted ones.
+    for chunk in inserted.chunks(5000) {
+        let req = pb::CheckAbsenceRequest {
+            client_id: "c".into(),
+            deduper: "fp".into(),
+            entities: ents(chunk),
+        };
+        assert!(
+            data.check_absence(req)
+                .await
+                .unwrap()
+                .into_inner()
+                .absent
+                .iter()
+                .all(|a| !a)
+        );
+    }
+}
+
+/// `solus replay` of 100,000 npm download-weighted events: 0 false negatives,
+/// false-positive rate within 1.5 x p.
+pub async fn replay_npm_events(b: &TestBackend) {
+    let s = TestServer::start(b).await;
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_solus"))
+        .args([
+            "replay",
+            "--addr",
+            &s.addr.to_string(),
+            "--events",
+            "100000",
+            "--seed",
+            "7",
+            "--json",
+        ])
+        .args(["--expected-insertions", "30000", "--false-positive-rate", "0.01"])
+        .arg("--input")
+        .arg(shared_data("npm-downloads.tsv"))
+        .output()
+        .await
+        .expect("running solus replay");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "replay failed: {stderr}");
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).expect("replay --json output");
+    assert_eq!(summary["events"], 100_000);
+    assert_eq!(summary["false_negatives"], 0, "{summary}");
+    let distinct = summary["distinct"].as_u64().unwrap();
+    assert!(
+        distinct > 10_000 && distinct < 100_000,
+        "a skewed stream has many duplicates: {summary}"
+    );
+    let rate = summary["false_positive_rate"].as_f64().unwrap();
+    assert!(rate <= 0.015, "false-positive rate {rate} above 1.5 x p: {summary}");
+    assert!(stderr.contains("events/s"), "progress is shown: {stderr}");
+}
