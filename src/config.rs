@@ -30,6 +30,9 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     /// How often storage reachability is probed for health, in ms. Default 2,000.
     pub health_check_interval_ms: u64,
+    /// Longest time any request may take, in ms, when the client sets no
+    /// shorter deadline; past it the answer is `DEADLINE_EXCEEDED`. Default 30,000.
+    pub request_timeout_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -37,6 +40,7 @@ impl Default for ServerConfig {
         ServerConfig {
             listen: ([127, 0, 0, 1], 50051).into(),
             health_check_interval_ms: 2_000,
+            request_timeout_ms: 30_000,
         }
     }
 }

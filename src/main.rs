@@ -8,7 +8,9 @@ use solus::config::Settings;
 use tracing_subscriber::EnvFilter;
 
 fn init_logging(level: &str, json: bool) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    // fjall and lsm-tree log every table flush at info: keep them to warnings.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(format!("{level},fjall=warn,lsm_tree=warn")));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -101,8 +101,10 @@ pub async fn serve(
         .build_v1alpha()?;
 
     let max = settings.limits.max_message_bytes;
-    let data = DeduperServiceServer::new(DataService::new(engine.clone())).max_decoding_message_size(max);
-    let admin = DeduperAdminServiceServer::new(AdminService::new(engine.clone())).max_decoding_message_size(max);
+    let timeout = Duration::from_millis(settings.server.request_timeout_ms.max(1));
+    let data = DeduperServiceServer::new(DataService::new(engine.clone(), timeout)).max_decoding_message_size(max);
+    let admin =
+        DeduperAdminServiceServer::new(AdminService::new(engine.clone(), timeout)).max_decoding_message_size(max);
 
     let addr = listener.local_addr()?;
     tracing::info!(%addr, store = %describe_store(&settings), "solus listening");

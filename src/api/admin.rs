@@ -1,21 +1,24 @@
 //! `solus.v1.DeduperAdminService`: create, get, list and update dedupers.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tonic::{Request, Response, Status};
 
 use super::pb;
-use super::status_of;
+use super::{status_of, within_deadline};
 use crate::deduper::{Deduper, Level};
 use crate::engine::{CreateSpec, Engine, EngineError};
 
 pub struct AdminService {
     engine: Arc<Engine>,
+    timeout: Duration,
 }
 
 impl AdminService {
-    pub fn new(engine: Arc<Engine>) -> Self {
-        AdminService { engine }
+    /// `timeout`: the longest any request may take (`server.request_timeout_ms`).
+    pub fn new(engine: Arc<Engine>, timeout: Duration) -> Self {
+        AdminService { engine, timeout }
     }
 }
 
@@ -56,60 +59,70 @@ impl pb::deduper_admin_service_server::DeduperAdminService for AdminService {
         &self,
         request: Request<pb::CreateDeduperRequest>,
     ) -> Result<Response<pb::Deduper>, Status> {
-        let r = request.into_inner();
-        let status = |e| status_of("CreateDeduper", e);
-        let spec = CreateSpec {
-            level: level_from_pb(r.level).map_err(status)?,
-            client_id: r.client_id,
-            name: r.name,
-            expected_insertions: r.expected_insertions,
-            false_positive_rate: r.false_positive_rate,
-            hash_functions: r.hash_functions,
-            shards: r.shards,
-            bits_per_shard: r.bits_per_shard,
-            expiry_seconds: r.expiry_seconds,
-        };
-        let d = self.engine.create_deduper(spec).await.map_err(status)?;
-        tracing::info!(client_id = %d.client_id, name = %d.name, k = d.geometry.hash_functions,
-            shards = d.geometry.shards, bits_per_shard = d.geometry.bits_per_shard, "deduper created");
-        Ok(Response::new(deduper_to_pb(d)))
+        let (metadata, _, r) = request.into_parts();
+        within_deadline("CreateDeduper", &metadata, self.timeout, async {
+            let status = |e| status_of("CreateDeduper", e);
+            let spec = CreateSpec {
+                level: level_from_pb(r.level).map_err(status)?,
+                client_id: r.client_id,
+                name: r.name,
+                expected_insertions: r.expected_insertions,
+                false_positive_rate: r.false_positive_rate,
+                hash_functions: r.hash_functions,
+                shards: r.shards,
+                bits_per_shard: r.bits_per_shard,
+                expiry_seconds: r.expiry_seconds,
+            };
+            let d = self.engine.create_deduper(spec).await.map_err(status)?;
+            tracing::info!(client_id = %d.client_id, name = %d.name, k = d.geometry.hash_functions,
+                shards = d.geometry.shards, bits_per_shard = d.geometry.bits_per_shard, "deduper created");
+            Ok(Response::new(deduper_to_pb(d)))
+        })
+        .await
     }
 
     async fn get_deduper(&self, request: Request<pb::GetDeduperRequest>) -> Result<Response<pb::Deduper>, Status> {
-        let r = request.into_inner();
-        let d = self
-            .engine
-            .get_deduper(&r.client_id, &r.name)
-            .await
-            .map_err(|e| status_of("GetDeduper", e))?;
-        Ok(Response::new(deduper_to_pb(d)))
+        let (metadata, _, r) = request.into_parts();
+        within_deadline("GetDeduper", &metadata, self.timeout, async {
+            let d = self
+                .engine
+                .get_deduper(&r.client_id, &r.name)
+                .await
+                .map_err(|e| status_of("GetDeduper", e))?;
+            Ok(Response::new(deduper_to_pb(d)))
+        })
+        .await
     }
 
     async fn list_dedupers(
         &self,
         request: Request<pb::ListDedupersRequest>,
     ) -> Result<Response<pb::ListDedupersResponse>, Status> {
-        let r = request.into_inner();
-        let list = self
-            .engine
-            .list_dedupers(&r.client_id, r.active_only)
-            .await
-            .map_err(|e| status_of("ListDedupers", e))?;
-        Ok(Response::new(pb::ListDedupersResponse {
-            dedupers: list.into_iter().map(deduper_to_pb).collect(),
-        }))
+        let (metadata, _, r) = request.into_parts();
+        within_deadline("ListDedupers", &metadata, self.timeout, async {
+            let list = self.engine.list_dedupers(&r.client_id, r.active_only).await;
+            let list = list.map_err(|e| status_of("ListDedupers", e))?;
+            Ok(Response::new(pb::ListDedupersResponse {
+                dedupers: list.into_iter().map(deduper_to_pb).collect(),
+            }))
+        })
+        .await
     }
 
     async fn update_deduper(
         &self,
         request: Request<pb::UpdateDeduperRequest>,
     ) -> Result<Response<pb::Deduper>, Status> {
-        let r = request.into_inner();
-        let d = self
-            .engine
-            .update_deduper(&r.client_id, &r.name, r.active, r.expiry_seconds)
-            .await
-            .map_err(|e| status_of("UpdateDeduper", e))?;
-        Ok(Response::new(deduper_to_pb(d)))
+        let (metadata, _, r) = request.into_parts();
+        within_deadline("UpdateDeduper", &metadata, self.timeout, async {
+            let d = self
+                .engine
+                .update_deduper(&r.client_id, &r.name, r.active, r.expiry_seconds)
+                .await;
+            Ok(Response::new(deduper_to_pb(
+                d.map_err(|e| status_of("UpdateDeduper", e))?,
+            )))
+        })
+        .await
     }
 }

@@ -7,6 +7,10 @@ mod data;
 pub use admin::AdminService;
 pub use data::DataService;
 
+use std::future::Future;
+use std::time::Duration;
+
+use tonic::metadata::MetadataMap;
 use tonic::{Code, Status};
 
 use crate::engine::EngineError;
@@ -37,4 +41,73 @@ pub fn status_of(rpc: &'static str, e: EngineError) -> Status {
         _ => tracing::info!(rpc, code = ?code, %message, "request refused"),
     }
     Status::new(code, message)
+}
+
+/// Parses a `grpc-timeout` header value (`<digits><H|M|S|m|u|n>`, gRPC over
+/// HTTP/2 spec, "Requests"); `None` when absent or malformed.
+fn grpc_timeout(metadata: &MetadataMap) -> Option<Duration> {
+    let v = metadata.get("grpc-timeout")?.to_str().ok()?;
+    if v.len() < 2 || v.len() > 9 {
+        return None;
+    }
+    let (digits, unit) = v.split_at(v.len() - 1);
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.saturating_mul(3600)),
+        "M" => Duration::from_secs(n.saturating_mul(60)),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+/// Runs a handler within the request's deadline: the client's
+/// `grpc-timeout`, capped by the server's `server.request_timeout_ms`.
+/// Answers `DEADLINE_EXCEEDED` a moment before the deadline, so the caller
+/// gets that code rather than a transport-level cancellation. Storage work
+/// already under way may still complete.
+pub(crate) async fn within_deadline<T>(
+    rpc: &'static str,
+    metadata: &MetadataMap,
+    server_timeout: Duration,
+    handler: impl Future<Output = Result<T, Status>>,
+) -> Result<T, Status> {
+    let budget = grpc_timeout(metadata).map_or(server_timeout, |t| t.min(server_timeout));
+    // Leave 2% (at most 20 ms) to send the answer before tonic's own timer fires.
+    let margin = (budget / 50).min(Duration::from_millis(20));
+    match tokio::time::timeout(budget - margin, handler).await {
+        Ok(r) => r,
+        Err(_) => {
+            let message = format!("{rpc} did not finish within its deadline of {} ms", budget.as_millis());
+            tracing::warn!(rpc, code = ?Code::DeadlineExceeded, %message, "request failed");
+            Err(Status::deadline_exceeded(message))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_grpc_timeout_units() {
+        let mut m = MetadataMap::new();
+        for (v, d) in [
+            ("100m", Duration::from_millis(100)),
+            ("2S", Duration::from_secs(2)),
+            ("1M", Duration::from_secs(60)),
+            ("1H", Duration::from_secs(3600)),
+            ("5000u", Duration::from_millis(5)),
+            ("99999999n", Duration::from_nanos(99_999_999)),
+        ] {
+            m.insert("grpc-timeout", v.parse().unwrap());
+            assert_eq!(grpc_timeout(&m), Some(d), "{v}");
+        }
+        for bad in ["", "m", "10x", "123456789m", "-1m"] {
+            m.insert("grpc-timeout", bad.parse().unwrap());
+            assert_eq!(grpc_timeout(&m), None, "{bad:?}");
+        }
+    }
 }

@@ -39,9 +39,11 @@ pub struct EmbeddedConfig {
     pub path: PathBuf,
     /// `fdatasync` the journal before acknowledging each write. Default false.
     pub fsync: bool,
-    /// Checkpoint at least this often, in ms. Default 10,000.
+    /// Checkpoint at least this often, in ms. Default 30,000. A checkpoint
+    /// rewrites every page touched since the last one.
     pub checkpoint_interval_ms: u64,
-    /// Checkpoint early once this many journal bytes piled up. Default 64 MiB.
+    /// Checkpoint early once this many journal bytes piled up (bounds the
+    /// replay at start-up). Default 128 MiB.
     pub checkpoint_journal_bytes: u64,
     /// Physically drop expired bits this often, in seconds. Default 600.
     pub sweep_interval_seconds: u64,
@@ -54,8 +56,8 @@ impl Default for EmbeddedConfig {
         EmbeddedConfig {
             path: PathBuf::from("./data"),
             fsync: false,
-            checkpoint_interval_ms: 10_000,
-            checkpoint_journal_bytes: 64 << 20,
+            checkpoint_interval_ms: 30_000,
+            checkpoint_journal_bytes: 128 << 20,
             sweep_interval_seconds: 600,
             cache_mib: 32,
         }

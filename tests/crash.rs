@@ -1,0 +1,135 @@
+//! Crash safety of the embedded store: `kill -9` the server in the middle of
+//! a stream of acknowledged Adds, restart it, and find every acknowledged
+//! entity present.
+
+mod common;
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use solus::api::pb;
+use solus::api::pb::deduper_admin_service_client::DeduperAdminServiceClient;
+use solus::api::pb::deduper_service_client::DeduperServiceClient;
+use tonic::transport::Channel;
+
+use common::{create_np, ents};
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn spawn_server(port: u16, data: &std::path::Path, fsync: bool) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_solus"))
+        .arg("serve")
+        .env("SOLUS__SERVER__LISTEN", format!("127.0.0.1:{port}"))
+        .env("SOLUS__STORAGE__EMBEDDED__PATH", data)
+        .env("SOLUS__STORAGE__EMBEDDED__FSYNC", fsync.to_string())
+        // Checkpoint often so the kill also lands during checkpoints.
+        .env("SOLUS__STORAGE__EMBEDDED__CHECKPOINT_INTERVAL_MS", "50")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawning solus serve")
+}
+
+async fn connect(port: u16) -> Channel {
+    for _ in 0..300 {
+        if let Ok(ch) = Channel::from_shared(format!("http://127.0.0.1:{port}"))
+            .unwrap()
+            .connect()
+            .await
+        {
+            let mut health = tonic_health::pb::health_client::HealthClient::new(ch.clone());
+            let req = tonic_health::pb::HealthCheckRequest { service: String::new() };
+            if health.check(req).await.is_ok() {
+                return ch;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("server on port {port} did not come up");
+}
+
+async fn kill_during_adds(fsync: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let port = free_port();
+    let mut child = spawn_server(port, &data, fsync);
+    let channel = connect(port).await;
+    DeduperAdminServiceClient::new(channel.clone())
+        .create_deduper(create_np("c", "d", 1_000_000, 0.001, 3600))
+        .await
+        .unwrap();
+
+    let acked: Arc<Mutex<Vec<String>>> = Arc::default();
+    let mut writers = Vec::new();
+    for w in 0..4 {
+        let (mut client, acked) = (DeduperServiceClient::new(channel.clone()), acked.clone());
+        writers.push(tokio::spawn(async move {
+            for batch in 0.. {
+                let items: Vec<String> = (0..100).map(|i| format!("w{w}-b{batch}-i{i}")).collect();
+                let req = pb::AddRequest {
+                    client_id: "c".into(),
+                    deduper: "d".into(),
+                    entities: ents(&items),
+                    ttl_ms: 0,
+                };
+                match client.add(req).await {
+                    Ok(_) => acked.lock().unwrap().extend(items),
+                    Err(_) => return, // the server is gone
+                }
+            }
+        }));
+    }
+    // Let a few thousand adds through (and a few checkpoints), then kill -9.
+    while acked.lock().unwrap().len() < 20_000 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().unwrap();
+    for w in writers {
+        w.await.unwrap();
+    }
+    let acked = std::mem::take(&mut *acked.lock().unwrap());
+
+    let mut child = spawn_server(port, &data, fsync);
+    let channel = connect(port).await;
+    let mut client = DeduperServiceClient::new(channel);
+    let mut missing = 0;
+    for chunk in acked.chunks(5000) {
+        let req = pb::CheckAbsenceRequest {
+            client_id: "c".into(),
+            deduper: "d".into(),
+            entities: ents(chunk),
+        };
+        missing += client
+            .check_absence(req)
+            .await
+            .unwrap()
+            .into_inner()
+            .absent
+            .iter()
+            .filter(|a| **a)
+            .count();
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(
+        missing,
+        0,
+        "{missing} of {} acknowledged entities lost after kill -9",
+        acked.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_loses_no_acknowledged_add() {
+    kill_during_adds(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_loses_no_acknowledged_add_with_fsync() {
+    kill_during_adds(true).await;
+}
