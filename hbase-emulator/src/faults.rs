@@ -1,0 +1,98 @@
+//! Fault injection and call accounting, shared by every connection.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+#[derive(Debug, Default)]
+pub(crate) struct Faults {
+    latency_micros: AtomicU64,
+    fail_next: AtomicU64,
+    total_calls: AtomicU64,
+    per_call: Mutex<BTreeMap<String, u64>>,
+}
+
+impl Faults {
+    pub fn new(latency: Duration) -> Self {
+        let faults = Self::default();
+        faults.set_latency(latency);
+        faults
+    }
+
+    pub fn set_latency(&self, latency: Duration) {
+        let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+        self.latency_micros.store(micros, Ordering::SeqCst);
+    }
+
+    pub fn latency(&self) -> Duration {
+        Duration::from_micros(self.latency_micros.load(Ordering::SeqCst))
+    }
+
+    /// The next `n` calls fail (replacing any failures still pending).
+    pub fn fail_next(&self, n: u64) {
+        self.fail_next.store(n, Ordering::SeqCst);
+    }
+
+    /// Consumes one pending failure, if any.
+    pub fn take_failure(&self) -> bool {
+        self.fail_next
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+    }
+
+    pub fn record_call(&self, name: &str) {
+        self.total_calls.fetch_add(1, Ordering::SeqCst);
+        *self.counts().entry(name.to_owned()).or_default() += 1;
+    }
+
+    pub fn total_calls(&self) -> u64 {
+        self.total_calls.load(Ordering::SeqCst)
+    }
+
+    pub fn calls(&self, name: &str) -> u64 {
+        self.counts().get(name).copied().unwrap_or(0)
+    }
+
+    pub fn call_counts(&self) -> BTreeMap<String, u64> {
+        self.counts().clone()
+    }
+
+    pub fn reset_counts(&self) {
+        let mut counts = self.counts();
+        counts.clear();
+        // Reset the total while holding the map lock so both stay consistent.
+        self.total_calls.store(0, Ordering::SeqCst);
+    }
+
+    fn counts(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, u64>> {
+        self.per_call.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_are_consumed_one_per_call() {
+        let faults = Faults::default();
+        faults.fail_next(2);
+        assert!(faults.take_failure());
+        assert!(faults.take_failure());
+        assert!(!faults.take_failure());
+    }
+
+    #[test]
+    fn counts_per_call() {
+        let faults = Faults::default();
+        faults.record_call("get");
+        faults.record_call("get");
+        faults.record_call("getRow");
+        assert_eq!(faults.total_calls(), 3);
+        assert_eq!(faults.calls("get"), 2);
+        faults.reset_counts();
+        assert_eq!(faults.total_calls(), 0);
+        assert_eq!(faults.calls("get"), 0);
+    }
+}

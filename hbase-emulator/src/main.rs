@@ -1,0 +1,85 @@
+//! `hbase-emulator`: run the in-memory HBase Thrift1 server until killed.
+
+use std::process::ExitCode;
+use std::thread;
+use std::time::Duration;
+
+use hbase_emulator::{Emulator, Protocol, Transport};
+
+const USAGE: &str = "\
+usage: hbase-emulator [--listen ADDR] [--framed] [--compact] [--latency-ms N]
+
+  --listen ADDR     address to listen on (default 127.0.0.1:9090)
+  --framed          framed transport (hbase.regionserver.thrift.framed=true)
+  --compact         compact protocol (hbase.regionserver.thrift.compact=true)
+  --latency-ms N    delay added before every call
+";
+
+struct Args {
+    listen: String,
+    transport: Transport,
+    protocol: Protocol,
+    latency: Duration,
+}
+
+fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
+    let mut parsed = Args {
+        listen: "127.0.0.1:9090".to_owned(),
+        transport: Transport::Buffered,
+        protocol: Protocol::Binary,
+        latency: Duration::ZERO,
+    };
+    while let Some(arg) = args.next() {
+        let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
+        match arg.as_str() {
+            "--listen" => parsed.listen = value("--listen")?,
+            "--framed" => parsed.transport = Transport::Framed,
+            "--compact" => parsed.protocol = Protocol::Compact,
+            "--latency-ms" => {
+                let ms = value("--latency-ms")?;
+                let ms: u64 = ms.parse().map_err(|_| format!("--latency-ms: not a number: {ms}"))?;
+                parsed.latency = Duration::from_millis(ms);
+            }
+            other => return Err(format!("unknown argument: {other}")),
+        }
+    }
+    Ok(parsed)
+}
+
+fn main() -> ExitCode {
+    let raw: Vec<String> = std::env::args().skip(1).collect();
+    if raw.iter().any(|a| a == "-h" || a == "--help") {
+        print!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    let args = match parse_args(raw.into_iter()) {
+        Ok(args) => args,
+        Err(e) => {
+            eprint!("hbase-emulator: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let started = Emulator::builder()
+        .transport(args.transport)
+        .protocol(args.protocol)
+        .latency(args.latency)
+        .start(&args.listen);
+    let emulator = match started {
+        Ok(emulator) => emulator,
+        Err(e) => {
+            eprintln!("hbase-emulator: cannot listen on {}: {e}", args.listen);
+            return ExitCode::FAILURE;
+        }
+    };
+    println!(
+        "hbase-emulator listening on {} ({:?} transport, {:?} protocol, latency {:?})",
+        emulator.addr(),
+        args.transport,
+        args.protocol,
+        args.latency
+    );
+    // The accept loop runs on its own thread; keep the handle alive forever.
+    loop {
+        thread::park();
+    }
+}
