@@ -184,3 +184,60 @@ impl Default for Settings {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_need_no_file() {
+        let s = Settings::load(None).unwrap();
+        assert_eq!(s.server.listen.to_string(), "127.0.0.1:50051");
+        assert_eq!(s.storage.backend, Backend::Embedded);
+        assert_eq!(s.storage.table, "solus_deduper");
+        assert_eq!(s.farm, "dc1");
+        assert_eq!(s.limits.max_entities_per_request, 10_000);
+        assert_eq!(s.limits.max_entity_bytes, 4096);
+    }
+
+    #[test]
+    fn example_file_matches_the_defaults() {
+        let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/solus.toml"));
+        let s = Settings::load(Some(path)).unwrap();
+        assert_eq!(format!("{s:?}"), format!("{:?}", Settings::default()));
+    }
+
+    #[test]
+    fn file_then_environment_override() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("s.toml");
+        std::fs::write(&file, "farm = \"eu\"\n[limits]\nmax_shards = 10\n[storage.embedded]\nfsync = true\n").unwrap();
+        let mut env = std::collections::HashMap::new();
+        env.insert("SOLUS__LIMITS__MAX_SHARDS".to_string(), "20".to_string());
+        env.insert("SOLUS__SERVER__LISTEN".to_string(), "0.0.0.0:1234".to_string());
+        let s: Settings = config::Config::builder()
+            .add_source(config::File::from(file.as_path()))
+            .add_source(
+                config::Environment::with_prefix("SOLUS").separator("__").try_parsing(true).source(Some(env)),
+            )
+            .build()
+            .unwrap()
+            .try_deserialize()
+            .unwrap();
+        assert_eq!((s.farm.as_str(), s.limits.max_shards), ("eu", 20));
+        assert!(s.storage.embedded.fsync);
+        assert_eq!(s.server.listen.to_string(), "0.0.0.0:1234");
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("s.toml");
+        std::fs::write(&file, "[server]\nlisten_addr = \"x\"\n").unwrap();
+        let e = Settings::load(Some(&file)).unwrap_err().to_string();
+        assert!(e.contains("listen_addr"), "{e}");
+        std::fs::write(&file, "[limits]\nmax_bits_per_shard = 0\n").unwrap();
+        let e = Settings::load(Some(&file)).unwrap_err().to_string();
+        assert!(e.contains("max_bits_per_shard"), "{e}");
+    }
+}

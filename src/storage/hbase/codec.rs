@@ -1,0 +1,269 @@
+//! Mapping between Solus values and HBase Thrift1 structures: Java
+//! `Bytes.toBytes` encodings, column names, mutations, and the meta-table
+//! row of a deduper config. Row keys, qualifiers and bit-cell values come
+//! from [`crate::contract::layout`]; this module only wraps them for Thrift.
+//!
+//! Meta row (`<client_id>_dedupers`, family `C`, row key
+//! [`layout::meta_row_key`]); numbers as Java `Bytes.toBytes` writes them:
+//!
+//! | column   | type    | bytes                                        |
+//! |----------|---------|----------------------------------------------|
+//! | `name`   | String  | UTF-8                                        |
+//! | `hf`     | int     | 4-byte big-endian: hash functions `k`        |
+//! | `sh`     | int     | 4-byte big-endian: shards                    |
+//! | `bps`    | int     | 4-byte big-endian: bits per shard            |
+//! | `a`      | boolean | 1 byte, `0xFF` active / `0x00` inactive      |
+//! | `level`  | String  | UTF-8 `GLOBAL` or `DC`                       |
+//! | `ctime`  | long    | 8-byte big-endian, ms since the Unix epoch   |
+//! | `utime`  | long    | 8-byte big-endian, ms since the Unix epoch   |
+//! | `expiry` | long    | 8-byte big-endian, seconds                   |
+//! | `n`      | long    | 8-byte big-endian; only when sized from n, p |
+//! | `p`      | double  | 8-byte big-endian IEEE 754; only with `n`    |
+//!
+//! `hf`, `sh` and `bps` are `int`s because bits per shard is capped at
+//! `i32::MAX`. A row holding `name` but no `hf` is a creation in progress
+//! (see `meta.rs`).
+
+use std::collections::BTreeMap;
+
+use hbase_thrift::hbase::{Mutation, TCell};
+
+use crate::contract::layout;
+use crate::contract::sizing::Geometry;
+use crate::deduper::{Deduper, Level};
+use crate::storage::StorageError;
+
+/// Thrift attribute map (`Map<Text, Text>`).
+pub type Attributes = BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// The mutation attribute HBase reads as a per-cell TTL (Java `Mutation.setTTL`).
+pub const TTL_ATTRIBUTE: &str = "_ttl";
+
+/// Meta-table qualifiers.
+pub mod meta_col {
+    pub const NAME: &str = "name";
+    pub const HASH_FUNCTIONS: &str = "hf";
+    pub const SHARDS: &str = "sh";
+    pub const BITS_PER_SHARD: &str = "bps";
+    pub const ACTIVE: &str = "a";
+    pub const LEVEL: &str = "level";
+    pub const CREATE_TIME: &str = "ctime";
+    pub const UPDATE_TIME: &str = "utime";
+    pub const EXPIRY: &str = "expiry";
+    pub const EXPECTED_INSERTIONS: &str = "n";
+    pub const FALSE_POSITIVE_RATE: &str = "p";
+    /// Every meta column, for reads that must not fetch anything else.
+    pub const ALL: [&str; 11] = [
+        NAME,
+        HASH_FUNCTIONS,
+        SHARDS,
+        BITS_PER_SHARD,
+        ACTIVE,
+        LEVEL,
+        CREATE_TIME,
+        UPDATE_TIME,
+        EXPIRY,
+        EXPECTED_INSERTIONS,
+        FALSE_POSITIVE_RATE,
+    ];
+}
+
+/// `family:qualifier`, the way Thrift1 names a column.
+pub fn column(family: &str, qualifier: &str) -> Vec<u8> {
+    format!("{family}:{qualifier}").into_bytes()
+}
+
+/// A put of one cell, written to the WAL (the generated `Default` has WAL off).
+pub fn put(column: Vec<u8>, value: Vec<u8>) -> Mutation {
+    Mutation::new(false, column, value, true)
+}
+
+/// Attributes giving every cell of a mutation call a TTL of `ttl_ms` ms:
+/// `_ttl` = Java `Bytes.toBytes(long)` of the milliseconds.
+pub fn ttl_attributes(ttl_ms: i64) -> Attributes {
+    BTreeMap::from([(TTL_ATTRIBUTE.as_bytes().to_vec(), ttl_ms.to_be_bytes().to_vec())])
+}
+
+/// What a `#ttl` or legacy cell holds, `Corrupt` when its length is wrong.
+pub fn decode_expire(value: &[u8]) -> Result<i64, StorageError> {
+    layout::decode_expire_ms(value)
+        .ok_or_else(|| StorageError::Corrupt(format!("#ttl cell of {} bytes, expected 8", value.len())))
+}
+
+pub fn decode_marker(value: &[u8]) -> Result<bool, StorageError> {
+    layout::decode_legacy(value)
+        .ok_or_else(|| StorageError::Corrupt(format!("legacy marker of {} bytes, expected 1", value.len())))
+}
+
+fn meta(qualifier: &str, value: Vec<u8>) -> Mutation {
+    put(column(layout::META_FAMILY, qualifier), value)
+}
+
+fn level_name(level: Level) -> &'static str {
+    match level {
+        Level::Global => "GLOBAL",
+        Level::Dc => "DC",
+    }
+}
+
+/// The puts that store `d` in its meta row (every column but `n`/`p` when
+/// the deduper was not sized from them).
+pub fn deduper_mutations(d: &Deduper) -> Vec<Mutation> {
+    use meta_col::*;
+    let g = &d.geometry;
+    let int = |v: u32| (v as i32).to_be_bytes().to_vec();
+    let mut out = vec![
+        meta(NAME, d.name.clone().into_bytes()),
+        meta(HASH_FUNCTIONS, int(g.hash_functions)),
+        meta(SHARDS, int(g.shards)),
+        meta(BITS_PER_SHARD, int(g.bits_per_shard)),
+        meta(ACTIVE, layout::encode_legacy(d.active).to_vec()),
+        meta(LEVEL, level_name(d.level).as_bytes().to_vec()),
+        meta(CREATE_TIME, d.create_time_ms.to_be_bytes().to_vec()),
+        meta(UPDATE_TIME, d.update_time_ms.to_be_bytes().to_vec()),
+        meta(EXPIRY, (d.expiry_seconds as i64).to_be_bytes().to_vec()),
+    ];
+    if let (Some(n), Some(p)) = (d.expected_insertions, d.false_positive_rate) {
+        out.push(meta(EXPECTED_INSERTIONS, (n as i64).to_be_bytes().to_vec()));
+        out.push(meta(FALSE_POSITIVE_RATE, p.to_bits().to_be_bytes().to_vec()));
+    }
+    out
+}
+
+/// Reads a meta row's columns (keyed `C:<qualifier>` as Thrift returns
+/// them). `Ok(None)` for a row whose creation has not finished (no `hf`);
+/// `Corrupt` naming the column when a value cannot be decoded.
+pub fn decode_deduper(client_id: &str, columns: &BTreeMap<Vec<u8>, TCell>) -> Result<Option<Deduper>, StorageError> {
+    use meta_col::*;
+    let get = |q: &str| {
+        columns
+            .get(&column(layout::META_FAMILY, q))
+            .and_then(|c| c.value.as_deref())
+    };
+    if get(HASH_FUNCTIONS).is_none() {
+        return Ok(None);
+    }
+    let bad = |q: &str, why: &str| StorageError::Corrupt(format!("deduper config of {client_id:?}: column C:{q} {why}"));
+    let need = |q: &'static str| get(q).ok_or_else(|| bad(q, "is missing"));
+    let fixed = |q: &'static str, len: usize| -> Result<&[u8], StorageError> {
+        let v = need(q)?;
+        if v.len() == len {
+            Ok(v)
+        } else {
+            Err(bad(q, &format!("holds {} bytes, expected {len}", v.len())))
+        }
+    };
+    let int = |q| -> Result<u32, StorageError> {
+        let v = i32::from_be_bytes(fixed(q, 4)?.try_into().expect("4 bytes"));
+        u32::try_from(v).map_err(|_| bad(q, &format!("is negative ({v})")))
+    };
+    let long = |q| -> Result<i64, StorageError> { Ok(i64::from_be_bytes(fixed(q, 8)?.try_into().expect("8 bytes"))) };
+    let text = |q| -> Result<String, StorageError> {
+        String::from_utf8(need(q)?.to_vec()).map_err(|_| bad(q, "is not UTF-8"))
+    };
+    let level = match text(LEVEL)?.as_str() {
+        "GLOBAL" => Level::Global,
+        "DC" => Level::Dc,
+        other => return Err(bad(LEVEL, &format!("holds {other:?}, expected GLOBAL or DC"))),
+    };
+    let expiry = long(EXPIRY)?;
+    let (n, p) = match get(EXPECTED_INSERTIONS) {
+        Some(_) => {
+            let n = long(EXPECTED_INSERTIONS)?;
+            let p = f64::from_bits(long(FALSE_POSITIVE_RATE)? as u64);
+            (Some(n as u64), Some(p))
+        }
+        None => (None, None),
+    };
+    Ok(Some(Deduper {
+        client_id: client_id.to_string(),
+        name: text(NAME)?,
+        geometry: Geometry {
+            hash_functions: int(HASH_FUNCTIONS)?,
+            shards: int(SHARDS)?,
+            bits_per_shard: int(BITS_PER_SHARD)?,
+        },
+        expiry_seconds: u64::try_from(expiry).map_err(|_| bad(EXPIRY, "is negative"))?,
+        active: layout::decode_legacy(fixed(ACTIVE, 1)?).expect("1 byte"),
+        level,
+        create_time_ms: long(CREATE_TIME)?,
+        update_time_ms: long(UPDATE_TIME)?,
+        expected_insertions: n,
+        false_positive_rate: p,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(sized: bool) -> Deduper {
+        Deduper {
+            client_id: "client-a".into(),
+            name: "orders".into(),
+            geometry: Geometry {
+                hash_functions: 7,
+                shards: 10,
+                bits_per_shard: 958_506,
+            },
+            expiry_seconds: 3600,
+            active: false,
+            level: Level::Dc,
+            create_time_ms: 1_700_000_000_123,
+            update_time_ms: 1_700_000_000_456,
+            expected_insertions: sized.then_some(1_000_000),
+            false_positive_rate: sized.then_some(0.01),
+        }
+    }
+
+    fn as_row(muts: &[Mutation]) -> BTreeMap<Vec<u8>, TCell> {
+        muts.iter()
+            .map(|m| {
+                (
+                    m.column.clone().unwrap(),
+                    TCell::new(m.value.clone().unwrap(), 1_i64),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn meta_rows_round_trip_with_java_encodings() {
+        for sized in [true, false] {
+            let d = sample(sized);
+            let muts = deduper_mutations(&d);
+            assert!(muts.iter().all(|m| m.write_to_w_a_l == Some(true) && m.is_delete == Some(false)));
+            let row = as_row(&muts);
+            assert_eq!(row[&b"C:hf".to_vec()].value.as_deref(), Some(&[0, 0, 0, 7][..]));
+            assert_eq!(row[&b"C:a".to_vec()].value.as_deref(), Some(&[0x00][..]));
+            assert_eq!(
+                row[&b"C:ctime".to_vec()].value.as_deref(),
+                Some(&1_700_000_000_123_i64.to_be_bytes()[..])
+            );
+            assert_eq!(row[&b"C:level".to_vec()].value.as_deref(), Some(&b"DC"[..]));
+            assert_eq!(row.contains_key(&b"C:p".to_vec()), sized);
+            assert_eq!(decode_deduper("client-a", &row).unwrap(), Some(d));
+        }
+    }
+
+    #[test]
+    fn incomplete_and_corrupt_meta_rows() {
+        let mut row = as_row(&deduper_mutations(&sample(true)));
+        let claim_only: BTreeMap<_, _> = row.iter().filter(|(k, _)| k == &b"C:name").map(|(k, v)| (k.clone(), v.clone())).collect();
+        assert_eq!(decode_deduper("c", &claim_only).unwrap(), None);
+        row.insert(b"C:sh".to_vec(), TCell::new(vec![1, 2], 1_i64));
+        let err = decode_deduper("c", &row).unwrap_err().to_string();
+        assert!(err.contains("C:sh") && err.contains("2 bytes"), "{err}");
+        row.remove(&b"C:sh".to_vec());
+        let err = decode_deduper("c", &row).unwrap_err().to_string();
+        assert!(err.contains("C:sh is missing"), "{err}");
+    }
+
+    #[test]
+    fn ttl_attribute_is_big_endian_ms() {
+        let attrs = ttl_attributes(3_600_000);
+        assert_eq!(attrs[&b"_ttl".to_vec()], 3_600_000_i64.to_be_bytes().to_vec());
+        assert_eq!(decode_expire(&[0; 7]).unwrap_err().to_string(), "corrupt stored data: #ttl cell of 7 bytes, expected 8");
+        assert!(decode_marker(&[0xFF]).unwrap());
+    }
+}

@@ -1,0 +1,107 @@
+//! Settings of the HBase backend (`storage.hbase.*`): where HBase's Thrift1
+//! server listens, how to talk to it, and how hard to try.
+
+use serde::Deserialize;
+
+/// Thrift transport; must match the server's `hbase.regionserver.thrift.framed`.
+#[derive(Debug, Clone, Copy, Deserialize, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    /// Unframed, the server's default (`framed = false`).
+    #[default]
+    Buffered,
+    /// Length-prefixed frames (`framed = true`; always used by the `hsha`,
+    /// `nonblocking` and `threadedselector` server types).
+    Framed,
+}
+
+/// Thrift protocol; must match the server's `hbase.regionserver.thrift.compact`.
+#[derive(Debug, Clone, Copy, Deserialize, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// The server's default (`compact = false`).
+    #[default]
+    Binary,
+    /// `compact = true`.
+    Compact,
+}
+
+/// Settings of the HBase backend.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HbaseConfig {
+    /// HBase Thrift1 servers as `host:port`; connections go to the first
+    /// reachable one, starting from a rotating position. Default `["127.0.0.1:9090"]`.
+    pub addresses: Vec<String>,
+    /// Default `buffered`.
+    pub transport: Transport,
+    /// Default `binary`.
+    pub protocol: Protocol,
+    /// Most open Thrift connections (one call at a time each). Default 16.
+    pub pool_size: u32,
+    /// TCP connect timeout per address, in ms; also bounds the wait for a
+    /// free pooled connection. Default 1,000.
+    pub connect_timeout_ms: u64,
+    /// Socket read timeout, in ms: the longest wait for any part of an
+    /// answer. Default 5,000.
+    pub read_timeout_ms: u64,
+    /// Socket write timeout, in ms. Default 5,000.
+    pub write_timeout_ms: u64,
+    /// Extra attempts of an idempotent call (reads, bit writes, config reads)
+    /// after a connection failure or a retryable HBase `IOError`. Default 2.
+    pub retries: u32,
+    /// Wait before the first retry, in ms; doubles on each further retry.
+    /// Default 50.
+    pub retry_backoff_ms: u64,
+    /// Create missing tables (data tables at start-up, a client's meta table
+    /// on its first deduper). When false a missing table is an error naming
+    /// it. Default true.
+    pub create_tables: bool,
+    /// Also read the legacy `<bit>` marker columns. Turn off only when no
+    /// legacy writer ever wrote this table: it halves the columns asked per
+    /// read. Default true.
+    pub read_legacy_markers: bool,
+    /// Most (row, column) pairs one `getRowsWithColumns` call may ask for.
+    /// The call applies one column list to every row, so a request touching
+    /// R shard rows asks each row for every row's bits; past this budget the
+    /// rows are split over several calls, run in parallel. Default 65,536.
+    pub max_cells_per_read: u64,
+}
+
+impl Default for HbaseConfig {
+    fn default() -> Self {
+        HbaseConfig {
+            addresses: vec!["127.0.0.1:9090".into()],
+            transport: Transport::Buffered,
+            protocol: Protocol::Binary,
+            pool_size: 16,
+            connect_timeout_ms: 1_000,
+            read_timeout_ms: 5_000,
+            write_timeout_ms: 5_000,
+            retries: 2,
+            retry_backoff_ms: 50,
+            create_tables: true,
+            read_legacy_markers: true,
+            max_cells_per_read: 65_536,
+        }
+    }
+}
+
+impl HbaseConfig {
+    /// Checks the values make sense; the message names the key.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.addresses.is_empty() || self.addresses.iter().any(|a| a.trim().is_empty()) {
+            return Err("storage.hbase.addresses must list at least one host:port".into());
+        }
+        if self.pool_size == 0 {
+            return Err("storage.hbase.pool_size must be at least 1".into());
+        }
+        if self.connect_timeout_ms == 0 || self.read_timeout_ms == 0 || self.write_timeout_ms == 0 {
+            return Err("storage.hbase connect/read/write timeouts must be at least 1 ms".into());
+        }
+        if self.max_cells_per_read == 0 {
+            return Err("storage.hbase.max_cells_per_read must be at least 1".into());
+        }
+        Ok(())
+    }
+}

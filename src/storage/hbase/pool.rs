@@ -1,0 +1,325 @@
+//! Pooled Thrift connections to HBase, and the one place calls are made:
+//! connect/socket timeouts, broken-connection replacement, retries with
+//! backoff, and the mapping of Thrift failures to [`HbaseError`].
+//!
+//! The pool is `r2d2` with our own connection manager rather than
+//! `thrift-pool`'s: that one connects without a timeout to one address and
+//! sets no socket timeouts, so a hung HBase would hang every caller.
+//!
+//! A connection is dropped instead of reused when a call on it failed below
+//! the HBase level (transport, protocol or application error: the stream may
+//! be out of step), and when a check on checkout - a non-blocking `peek` of
+//! the socket, no Thrift call - finds it closed by the server.
+
+use std::io;
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hbase_thrift::hbase::{AlreadyExists, HbaseSyncClient, IOError, IllegalArgument};
+use thrift::protocol::{
+    TBinaryInputProtocol, TBinaryOutputProtocol, TCompactInputProtocol, TCompactOutputProtocol, TInputProtocol,
+    TOutputProtocol,
+};
+use thrift::transport::{
+    TBufferedReadTransport, TBufferedWriteTransport, TFramedReadTransport, TFramedWriteTransport, TIoChannel,
+    TTcpChannel,
+};
+
+use super::config::{HbaseConfig, Protocol, Transport};
+use crate::storage::StorageError;
+
+/// The generated client over whichever transport and protocol are configured.
+pub type Client = HbaseSyncClient<Box<dyn TInputProtocol + Send>, Box<dyn TOutputProtocol + Send>>;
+
+/// Why a call failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HbaseError {
+    /// No connection could be had, or it failed mid-call (I/O error,
+    /// timeout, garbled answer). Retryable.
+    Connection(String),
+    /// HBase answered `IOError`; `retry` is its `canRetry` flag.
+    Io { message: String, retry: bool },
+    /// HBase answered `IllegalArgument`.
+    IllegalArgument(String),
+    /// HBase answered `AlreadyExists` (`createTable`).
+    AlreadyExists(String),
+}
+
+impl HbaseError {
+    fn retryable(&self) -> bool {
+        matches!(self, HbaseError::Connection(_) | HbaseError::Io { retry: true, .. })
+    }
+
+    /// Whether HBase said the table does not exist.
+    pub fn is_table_not_found(&self) -> bool {
+        matches!(self, HbaseError::Io { message, .. } if message.contains("TableNotFoundException"))
+    }
+
+    /// The error as the engine sees it: always `Unavailable`, with the call
+    /// that failed (`what`) and HBase's message.
+    pub fn into_storage(self, what: &str) -> StorageError {
+        let detail = match self {
+            HbaseError::Connection(m) => m,
+            HbaseError::Io { message, .. } => format!("HBase IOError: {message}"),
+            HbaseError::IllegalArgument(m) => format!("HBase IllegalArgument: {m}"),
+            HbaseError::AlreadyExists(m) => format!("HBase AlreadyExists: {m}"),
+        };
+        StorageError::Unavailable(format!("HBase {what} failed: {detail}"))
+    }
+}
+
+/// Maps a Thrift error; `broken` is set when the connection must not be reused.
+fn classify(e: thrift::Error, peer: SocketAddr, broken: &mut bool) -> HbaseError {
+    match e {
+        thrift::Error::User(u) => {
+            if let Some(io) = u.downcast_ref::<IOError>() {
+                return HbaseError::Io {
+                    message: io.message.clone().unwrap_or_default(),
+                    retry: io.can_retry.unwrap_or(false),
+                };
+            }
+            if let Some(ia) = u.downcast_ref::<IllegalArgument>() {
+                return HbaseError::IllegalArgument(ia.message.clone().unwrap_or_default());
+            }
+            if let Some(ae) = u.downcast_ref::<AlreadyExists>() {
+                return HbaseError::AlreadyExists(ae.message.clone().unwrap_or_default());
+            }
+            *broken = true;
+            HbaseError::Connection(format!("unexpected answer from {peer}: {u}"))
+        }
+        // `ApplicationError`'s Display shows only its kind: log the Debug form.
+        thrift::Error::Application(a) => {
+            *broken = true;
+            HbaseError::Connection(format!("Thrift application error from {peer}: {a:?}"))
+        }
+        other => {
+            *broken = true;
+            HbaseError::Connection(format!("connection to {peer}: {other}"))
+        }
+    }
+}
+
+/// One pooled connection.
+pub struct Conn {
+    pub client: Client,
+    /// A handle on the same socket, to check liveness without a Thrift call.
+    socket: TcpStream,
+    peer: SocketAddr,
+    broken: bool,
+}
+
+impl Conn {
+    /// Whether the server closed the socket (or left unread bytes on it,
+    /// which would desynchronise the next call): a non-blocking `peek`.
+    fn check_open(&self) -> io::Result<()> {
+        self.socket.set_nonblocking(true)?;
+        let peeked = self.socket.peek(&mut [0u8; 1]);
+        self.socket.set_nonblocking(false)?;
+        match peeked {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
+            Ok(0) => Err(io::Error::new(io::ErrorKind::ConnectionAborted, "closed by the server")),
+            Ok(_) => Err(io::Error::new(io::ErrorKind::InvalidData, "unexpected bytes waiting")),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Opens connections for r2d2 and remembers whether the last attempt failed.
+struct Manager {
+    config: HbaseConfig,
+    next: AtomicUsize,
+    /// The last connect error, cleared by a successful connect: lets callers
+    /// fail fast while HBase is unreachable instead of waiting out the pool.
+    down: Arc<Mutex<Option<String>>>,
+}
+
+impl Manager {
+    fn open(&self, addr: SocketAddr) -> io::Result<Conn> {
+        let c = &self.config;
+        let stream = TcpStream::connect_timeout(&addr, Duration::from_millis(c.connect_timeout_ms))?;
+        stream.set_read_timeout(Some(Duration::from_millis(c.read_timeout_ms)))?;
+        stream.set_write_timeout(Some(Duration::from_millis(c.write_timeout_ms)))?;
+        stream.set_nodelay(true)?;
+        let socket = stream.try_clone()?;
+        let (r, w) = TTcpChannel::with_stream(stream).split().map_err(io::Error::other)?;
+        let (input, output): (Box<dyn TInputProtocol + Send>, Box<dyn TOutputProtocol + Send>) =
+            match (c.transport, c.protocol) {
+                (Transport::Buffered, Protocol::Binary) => (
+                    Box::new(TBinaryInputProtocol::new(TBufferedReadTransport::new(r), true)),
+                    Box::new(TBinaryOutputProtocol::new(TBufferedWriteTransport::new(w), true)),
+                ),
+                (Transport::Framed, Protocol::Binary) => (
+                    Box::new(TBinaryInputProtocol::new(TFramedReadTransport::new(r), true)),
+                    Box::new(TBinaryOutputProtocol::new(TFramedWriteTransport::new(w), true)),
+                ),
+                (Transport::Buffered, Protocol::Compact) => (
+                    Box::new(TCompactInputProtocol::new(TBufferedReadTransport::new(r))),
+                    Box::new(TCompactOutputProtocol::new(TBufferedWriteTransport::new(w))),
+                ),
+                (Transport::Framed, Protocol::Compact) => (
+                    Box::new(TCompactInputProtocol::new(TFramedReadTransport::new(r))),
+                    Box::new(TCompactOutputProtocol::new(TFramedWriteTransport::new(w))),
+                ),
+            };
+        Ok(Conn {
+            client: HbaseSyncClient::new(input, output),
+            socket,
+            peer: addr,
+            broken: false,
+        })
+    }
+
+    /// Tries every configured address once, starting from a rotating one so
+    /// connections spread over several Thrift servers.
+    fn connect_any(&self) -> io::Result<Conn> {
+        let addresses = &self.config.addresses;
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut errors = Vec::new();
+        for i in 0..addresses.len() {
+            let name = &addresses[(start + i) % addresses.len()];
+            let resolved = match name.to_socket_addrs() {
+                Ok(r) => r,
+                Err(e) => {
+                    errors.push(format!("{name}: {e}"));
+                    continue;
+                }
+            };
+            for addr in resolved {
+                match self.open(addr) {
+                    Ok(c) => return Ok(c),
+                    Err(e) => errors.push(format!("{name} ({addr}): {e}")),
+                }
+            }
+        }
+        Err(io::Error::new(io::ErrorKind::NotConnected, errors.join("; ")))
+    }
+}
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = Conn;
+    type Error = io::Error;
+
+    fn connect(&self) -> io::Result<Conn> {
+        let result = self.connect_any();
+        *self.down.lock().unwrap_or_else(|p| p.into_inner()) = result.as_ref().err().map(|e| e.to_string());
+        result
+    }
+
+    fn is_valid(&self, conn: &mut Conn) -> io::Result<()> {
+        conn.check_open()
+    }
+
+    fn has_broken(&self, conn: &mut Conn) -> bool {
+        conn.broken
+    }
+}
+
+/// r2d2 logs through the `log` crate at error level on every failed connect
+/// attempt; we report failures on the calls instead.
+#[derive(Debug)]
+struct QuietErrors;
+
+impl r2d2::HandleError<io::Error> for QuietErrors {
+    fn handle_error(&self, error: io::Error) {
+        tracing::debug!(%error, "HBase connect attempt failed");
+    }
+}
+
+/// Whether a call may be repeated after a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// Same effect when repeated: retried within the budget.
+    Idempotent,
+    /// Made once.
+    Once,
+}
+
+/// The connection pool plus the retry policy.
+pub struct Pool {
+    pool: r2d2::Pool<Manager>,
+    down: Arc<Mutex<Option<String>>>,
+    checkout_timeout: Duration,
+    retries: u32,
+    backoff: Duration,
+    addresses: String,
+}
+
+impl Pool {
+    /// Builds the pool without connecting: connections are opened in the
+    /// background and on demand, so a down HBase does not stop start-up.
+    pub fn new(config: &HbaseConfig) -> Pool {
+        let down = Arc::new(Mutex::new(None));
+        let manager = Manager {
+            config: config.clone(),
+            next: AtomicUsize::new(0),
+            down: down.clone(),
+        };
+        let checkout_timeout = Duration::from_millis(config.connect_timeout_ms.max(10));
+        let pool = r2d2::Pool::builder()
+            .max_size(config.pool_size)
+            .min_idle(Some(config.pool_size.min(2)))
+            .connection_timeout(checkout_timeout)
+            .test_on_check_out(true)
+            .error_handler(Box::new(QuietErrors))
+            .build_unchecked(manager);
+        Pool {
+            pool,
+            down,
+            checkout_timeout,
+            retries: config.retries,
+            backoff: Duration::from_millis(config.retry_backoff_ms),
+            addresses: config.addresses.join(", "),
+        }
+    }
+
+    fn checkout(&self) -> Result<r2d2::PooledConnection<Manager>, HbaseError> {
+        if let Some(c) = self.pool.try_get() {
+            return Ok(c);
+        }
+        // No idle connection. While HBase refuses connections, say so at once
+        // rather than waiting the whole checkout timeout; r2d2 keeps retrying
+        // in the background and clears the mark on the first success.
+        if let Some(e) = self.down.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+            return Err(HbaseError::Connection(format!(
+                "cannot connect to the HBase Thrift server ({e})"
+            )));
+        }
+        self.pool.get_timeout(self.checkout_timeout).map_err(|e| {
+            HbaseError::Connection(format!(
+                "no connection to the HBase Thrift server at {} within {} ms: {e}",
+                self.addresses,
+                self.checkout_timeout.as_millis()
+            ))
+        })
+    }
+
+    fn once<T>(&self, f: &mut impl FnMut(&mut Client) -> thrift::Result<T>) -> Result<T, HbaseError> {
+        let mut conn = self.checkout()?;
+        let peer = conn.peer;
+        let result = f(&mut conn.client);
+        result.map_err(|e| classify(e, peer, &mut conn.broken))
+    }
+
+    /// Runs `f` on a pooled connection. `Retry::Idempotent` calls are retried
+    /// after retryable failures, up to `retries` more times, waiting
+    /// `retry_backoff_ms` and doubling (with jitter). `f` may make several
+    /// Thrift calls (e.g. a scan); a retry repeats all of them.
+    pub fn call<T>(&self, retry: Retry, mut f: impl FnMut(&mut Client) -> thrift::Result<T>) -> Result<T, HbaseError> {
+        let budget = if retry == Retry::Idempotent { self.retries } else { 0 };
+        let mut attempt = 0;
+        loop {
+            match self.once(&mut f) {
+                Err(e) if attempt < budget && e.retryable() => {
+                    let wait = self.backoff.saturating_mul(1 << attempt.min(16));
+                    let jittered = wait.mul_f64(rand::random_range(0.5..=1.0));
+                    tracing::debug!(error = ?e, attempt, wait_ms = jittered.as_millis() as u64, "retrying HBase call");
+                    std::thread::sleep(jittered);
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+}

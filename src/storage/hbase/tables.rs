@@ -1,0 +1,155 @@
+//! Table checks and creation: the data tables at start-up (or as soon as
+//! HBase is reachable), a client's meta table on its first deduper.
+//!
+//! Thrift1 `createTable` cannot pre-split, so tables it creates start as one
+//! region; production clusters should create them with
+//! `deploy/hbase/create-tables.hbase` (256 one-byte split points) and may set
+//! `create_tables = false` so a missing table is reported, not created.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use hbase_thrift::hbase::{ColumnDescriptor, THbaseSyncClient};
+
+use super::pool::{HbaseError, Pool, Retry};
+use crate::contract::layout;
+use crate::storage::StorageError;
+
+/// A family descriptor with every field set: the generated `Default` has
+/// `maxVersions 0`, empty compression and bloom names, which HBase rejects.
+fn family(name: &str, compression: &str, bloom: &str, in_memory: bool) -> ColumnDescriptor {
+    ColumnDescriptor::new(
+        format!("{name}:").into_bytes(),
+        1,                       // maxVersions: only the newest cell counts
+        compression.to_string(), // compression
+        in_memory,
+        bloom.to_string(),
+        0,        // bloomFilterVectorSize (unused by HBase >= 0.92)
+        0,        // bloomFilterNbHashes (unused)
+        true,     // blockCacheEnabled
+        i32::MAX, // timeToLive in s: HConstants.FOREVER; cell TTLs do the expiring
+    )
+}
+
+/// Data family `S`: one version (the highest timestamp = the latest expiry),
+/// GZ, and a row+column bloom filter since reads ask for single columns.
+pub fn data_family() -> ColumnDescriptor {
+    family(layout::DATA_FAMILY, "GZ", "ROWCOL", false)
+}
+
+/// Meta family `C`: tiny and read on every config cache miss.
+pub fn meta_family() -> ColumnDescriptor {
+    family(layout::META_FAMILY, "NONE", "ROW", true)
+}
+
+/// Which tables are known to exist.
+pub struct Tables {
+    /// Data tables (global and this farm's) that must exist.
+    data: Vec<String>,
+    create: bool,
+    data_ready: AtomicBool,
+    meta_ready: Mutex<HashSet<String>>,
+}
+
+impl Tables {
+    pub fn new(data: Vec<String>, create: bool) -> Tables {
+        Tables {
+            data,
+            create,
+            data_ready: AtomicBool::new(false),
+            meta_ready: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Checks the data tables once (one `getTableNames`, plus a
+    /// `getColumnDescriptors` and maybe a `createTable` per table the first
+    /// time). Errors: `Unavailable` when HBase cannot be reached or a table
+    /// is missing and may not be created, or lacks family `S`.
+    pub fn ensure_data(&self, pool: &Pool) -> Result<(), StorageError> {
+        if self.data_ready.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        for table in &self.data {
+            self.ensure(pool, table, layout::DATA_FAMILY, data_family)?;
+        }
+        self.data_ready.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Makes sure `<client_id>_dedupers` exists before the client's first
+    /// deduper is written. Same errors as [`Tables::ensure_data`].
+    pub fn ensure_meta(&self, pool: &Pool, client_id: &str) -> Result<(), StorageError> {
+        let table = layout::meta_table(client_id);
+        if self.meta_ready.lock().unwrap_or_else(|p| p.into_inner()).contains(&table) {
+            return Ok(());
+        }
+        self.ensure(pool, &table, layout::META_FAMILY, meta_family)?;
+        self.meta_ready.lock().unwrap_or_else(|p| p.into_inner()).insert(table);
+        Ok(())
+    }
+
+    fn ensure(
+        &self,
+        pool: &Pool,
+        table: &str,
+        family_name: &str,
+        descriptor: fn() -> ColumnDescriptor,
+    ) -> Result<(), StorageError> {
+        let names = pool
+            .call(Retry::Idempotent, |c| c.get_table_names())
+            .map_err(|e| e.into_storage("getTableNames"))?;
+        if names.iter().any(|n| n.as_slice() == table.as_bytes()) {
+            let families = pool
+                .call(Retry::Idempotent, |c| c.get_column_descriptors(table.into()))
+                .map_err(|e| e.into_storage(&format!("getColumnDescriptors {table}")))?;
+            let wanted = format!("{family_name}:");
+            if !families.keys().any(|k| k.as_slice() == wanted.as_bytes()) {
+                return Err(StorageError::Unavailable(format!(
+                    "HBase table {table} exists but has no column family {family_name}; \
+                     recreate it with deploy/hbase/create-tables.hbase"
+                )));
+            }
+            return Ok(());
+        }
+        if !self.create {
+            return Err(StorageError::Unavailable(format!(
+                "HBase table {table} does not exist and storage.hbase.create_tables is false; \
+                 create it with deploy/hbase/create-tables.hbase"
+            )));
+        }
+        match pool.call(Retry::Once, |c| c.create_table(table.into(), vec![descriptor()])) {
+            // Another replica created it first: just as good.
+            Ok(()) | Err(HbaseError::AlreadyExists(_)) => {
+                tracing::info!(table, "created HBase table (one region; see deploy/hbase for pre-split tables)");
+                Ok(())
+            }
+            Err(e) => Err(e.into_storage(&format!("createTable {table}"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descriptors_fill_every_field() {
+        let d = data_family();
+        assert_eq!(d.name.as_deref(), Some(&b"S:"[..]));
+        assert_eq!(d.max_versions, Some(1));
+        assert_eq!(d.compression.as_deref(), Some("GZ"));
+        assert_eq!(d.bloom_filter_type.as_deref(), Some("ROWCOL"));
+        assert_eq!(d.time_to_live, Some(i32::MAX));
+        let m = meta_family();
+        assert_eq!(m.name.as_deref(), Some(&b"C:"[..]));
+        for f in [d, m] {
+            assert!(
+                f.in_memory.is_some()
+                    && f.bloom_filter_vector_size.is_some()
+                    && f.bloom_filter_nb_hashes.is_some()
+                    && f.block_cache_enabled.is_some()
+            );
+        }
+    }
+}
