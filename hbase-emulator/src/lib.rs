@@ -38,4 +38,6 @@ mod writes;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use dispatch::CALLS;
-pub use server::{DEFAULT_MAX_FRAME_BYTES, Emulator, EmulatorBuilder, EmulatorHandle, Protocol, Transport};
+pub use server::{
+    DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_FRAME_BYTES, Emulator, EmulatorBuilder, EmulatorHandle, Protocol, Transport,
+};

@@ -4,15 +4,19 @@ use std::process::ExitCode;
 use std::thread;
 use std::time::Duration;
 
-use hbase_emulator::{Emulator, Protocol, Transport};
+use hbase_emulator::{DEFAULT_IDLE_TIMEOUT, Emulator, Protocol, Transport};
 
 const USAGE: &str = "\
 usage: hbase-emulator [--listen ADDR] [--framed] [--compact] [--latency-ms N]
+                      [--idle-timeout-secs N]
 
   --listen ADDR     address to listen on (default 127.0.0.1:9090)
   --framed          framed transport (hbase.regionserver.thrift.framed=true)
   --compact         compact protocol (hbase.regionserver.thrift.compact=true)
   --latency-ms N    delay added before every call
+  --idle-timeout-secs N
+                    close connections idle this long (default 60, as
+                    hbase.thrift.server.socket.read.timeout; 0 = never)
 ";
 
 struct Args {
@@ -20,6 +24,7 @@ struct Args {
     transport: Transport,
     protocol: Protocol,
     latency: Duration,
+    idle_timeout: Option<Duration>,
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -28,6 +33,7 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         transport: Transport::Buffered,
         protocol: Protocol::Binary,
         latency: Duration::ZERO,
+        idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
     };
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
@@ -39,6 +45,13 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                 let ms = value("--latency-ms")?;
                 let ms: u64 = ms.parse().map_err(|_| format!("--latency-ms: not a number: {ms}"))?;
                 parsed.latency = Duration::from_millis(ms);
+            }
+            "--idle-timeout-secs" => {
+                let secs = value("--idle-timeout-secs")?;
+                let secs: u64 = secs
+                    .parse()
+                    .map_err(|_| format!("--idle-timeout-secs: not a number: {secs}"))?;
+                parsed.idle_timeout = (secs > 0).then(|| Duration::from_secs(secs));
             }
             other => return Err(format!("unknown argument: {other}")),
         }
@@ -63,6 +76,7 @@ fn main() -> ExitCode {
         .transport(args.transport)
         .protocol(args.protocol)
         .latency(args.latency)
+        .idle_timeout(args.idle_timeout)
         .start(&args.listen);
     let emulator = match started {
         Ok(emulator) => emulator,

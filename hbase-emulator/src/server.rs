@@ -29,6 +29,10 @@ const ACCEPT_POLL: Duration = Duration::from_millis(5);
 /// HBase's default `hbase.regionserver.thrift.framed.max_frame_size_in_mb`.
 pub const DEFAULT_MAX_FRAME_BYTES: usize = 2 * 1024 * 1024;
 
+/// HBase's default `hbase.thrift.server.socket.read.timeout`: a connection
+/// idle for this long is closed by the server.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Thrift transport (`hbase.regionserver.thrift.framed`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Transport {
@@ -66,6 +70,7 @@ pub struct EmulatorBuilder {
     latency: Duration,
     clock: Arc<dyn Clock>,
     max_frame_bytes: usize,
+    idle_timeout: Option<Duration>,
 }
 
 impl Default for EmulatorBuilder {
@@ -76,6 +81,7 @@ impl Default for EmulatorBuilder {
             latency: Duration::ZERO,
             clock: Arc::new(SystemClock),
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
+            idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
         }
     }
 }
@@ -109,6 +115,14 @@ impl EmulatorBuilder {
         self
     }
 
+    /// How long a connection may wait for the client's next bytes before the
+    /// server closes it (`None`: never). Defaults to HBase's 60 s, which is
+    /// what breaks idle pooled connections against a real server.
+    pub fn idle_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.idle_timeout = timeout;
+        self
+    }
+
     /// Binds `addr` (port 0 picks a free port) and starts serving.
     pub fn start(self, addr: impl ToSocketAddrs) -> io::Result<EmulatorHandle> {
         let listener = TcpListener::bind(addr)?;
@@ -122,6 +136,7 @@ impl EmulatorBuilder {
             transport: self.transport,
             protocol: self.protocol,
             max_frame_bytes: self.max_frame_bytes,
+            idle_timeout: self.idle_timeout.filter(|t| !t.is_zero()),
         });
         let handle = EmulatorHandle {
             addr,
@@ -143,6 +158,7 @@ struct Shared {
     transport: Transport,
     protocol: Protocol,
     max_frame_bytes: usize,
+    idle_timeout: Option<Duration>,
 }
 
 /// Live client sockets, kept so they can be shut down from outside.
@@ -321,6 +337,8 @@ fn accept_loop(listener: &TcpListener, stop: &AtomicBool, shared: &Arc<Shared>) 
 fn spawn_connection(stream: TcpStream, shared: Arc<Shared>) -> io::Result<()> {
     stream.set_nonblocking(false)?;
     stream.set_nodelay(true)?;
+    // A read that times out fails the call loop, which closes the connection.
+    stream.set_read_timeout(shared.idle_timeout)?;
     let id = shared.connections.register(&stream)?;
     let spawned = thread::Builder::new().name("hbase-emulator-conn".into()).spawn({
         let shared = shared.clone();

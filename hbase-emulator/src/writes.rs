@@ -87,6 +87,10 @@ impl RowMutations {
         Ok(Self { row, puts, deletes })
     }
 
+    fn is_empty(&self) -> bool {
+        self.puts.is_empty() && self.deletes.is_empty()
+    }
+
     /// One `Put`: all of its cells or none (an unknown family fails it whole).
     fn apply_puts(&self, table: &mut Table, ts: i64, ttl: Option<i64>, now: i64) -> HResult<()> {
         table.check_families(self.puts.iter().map(|(f, _, _)| f.as_slice()))?;
@@ -145,6 +149,10 @@ impl Handler {
         attributes: &Attributes,
     ) -> HResult<()> {
         let ops = RowMutations::parse(row, mutations, ts)?;
+        if ops.is_empty() {
+            // The Java handler sends nothing, so the table is never checked.
+            return Ok(());
+        }
         let ttl = ttl_from_attributes(attributes)?;
         let now = self.now();
         let ts = resolve(ts, now);
@@ -170,6 +178,9 @@ impl Handler {
                 RowMutations::parse(row, b.mutations.unwrap_or_default(), ts)
             })
             .collect::<HResult<Vec<_>>>()?;
+        if batch.iter().all(RowMutations::is_empty) {
+            return Ok(());
+        }
         let ttl = ttl_from_attributes(attributes)?;
         let now = self.now();
         let ts = resolve(ts, now);

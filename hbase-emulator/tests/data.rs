@@ -276,7 +276,7 @@ fn delete_markers_last_until_major_compaction() {
 fn check_and_put() {
     let (_emu, mut client) = start();
     create_table(&mut client);
-    let mut cas = |client: &mut Client, expected: &[u8], new: &[u8]| {
+    let cas = |client: &mut Client, expected: &[u8], new: &[u8]| {
         client
             .check_and_put(
                 TABLE.into(),
@@ -307,7 +307,7 @@ fn check_and_put() {
 fn atomic_increment_keeps_a_big_endian_long() {
     let (_emu, mut client) = start();
     create_table(&mut client);
-    let mut inc = |client: &mut Client, by| {
+    let inc = |client: &mut Client, by| {
         client
             .atomic_increment(TABLE.into(), "r".into(), "cf:n".into(), by)
             .unwrap()
