@@ -15,7 +15,8 @@ use hbase_thrift::hbase::{
 };
 
 use crate::clock::Clock;
-use crate::error::{Declared, HError, IntoThrift, unsupported};
+use crate::error::Declared::{Io, IoIllegal, IoIllegalExists};
+use crate::error::{HError, IntoThrift, unsupported};
 use crate::reads::{prefix_scan_spec, scan_spec, simple_scan_spec};
 use crate::store::Store;
 use crate::table::{LATEST, Table, TimeRange};
@@ -79,8 +80,6 @@ fn fnv1a(bytes: &[u8]) -> u64 {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
 }
-
-use Declared::{Io, IoIllegal, IoIllegalExists};
 
 impl HbaseSyncHandler for Handler {
     fn handle_enable_table(&self, table_name: Bytes) -> thrift::Result<()> {
