@@ -114,8 +114,13 @@ impl EmbeddedStore {
             .cache_size(config.cache_mib << 20)
             .open()
             .map_err(|e| unavailable(format!("opening {}: {e}", config.path.display())))?;
-        let ks = |name| db.keyspace(name, KeyspaceCreateOptions::default).map_err(unavailable);
-        let (meta, pages, journal) = (ks("meta")?, ks("pages")?, ks("journal")?);
+        // Small memtables for pages and journal: their records are written
+        // once and rarely read back, so a large memtable is only resident memory.
+        let ks = |name, memtable_mib: u64| {
+            db.keyspace(name, || KeyspaceCreateOptions::default().max_memtable_size(memtable_mib << 20))
+                .map_err(unavailable)
+        };
+        let (meta, pages, journal) = (ks("meta", 8)?, ks("pages", 16)?, ks("journal", 8)?);
         let inner = Inner {
             config,
             db,
