@@ -9,6 +9,7 @@ use serde::Deserialize;
 use crate::deduper::SizeLimits;
 use crate::engine::Limits;
 use crate::storage::embedded::EmbeddedConfig;
+use crate::storage::hbase::HbaseConfig;
 
 /// All settings; every field has a default, so no file is needed.
 #[derive(Debug, Clone, Deserialize)]
@@ -52,6 +53,8 @@ pub enum Backend {
     /// In-process, persistent, nothing to install (default).
     #[default]
     Embedded,
+    /// Apache HBase through its Thrift1 server (`storage.hbase`).
+    Hbase,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -61,6 +64,7 @@ pub struct StorageConfig {
     /// Data table name for global dedupers (HBase). Default `solus_deduper`.
     pub table: String,
     pub embedded: EmbeddedConfig,
+    pub hbase: HbaseConfig,
 }
 
 impl Default for StorageConfig {
@@ -69,6 +73,7 @@ impl Default for StorageConfig {
             backend: Backend::Embedded,
             table: "solus_deduper".into(),
             embedded: EmbeddedConfig::default(),
+            hbase: HbaseConfig::default(),
         }
     }
 }
@@ -168,6 +173,9 @@ impl Settings {
         }
         if self.farm.is_empty() {
             return bad("farm must not be empty".into());
+        }
+        if self.storage.backend == Backend::Hbase {
+            self.storage.hbase.validate().or_else(bad)?;
         }
         Ok(())
     }

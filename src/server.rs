@@ -18,6 +18,7 @@ use crate::config::{Backend, Settings};
 use crate::engine::Engine;
 use crate::storage::Store;
 use crate::storage::embedded::EmbeddedStore;
+use crate::storage::hbase::HbaseStore;
 
 /// Health service name of the data path: SERVING while storage is reachable.
 pub const DATA_SERVICE_NAME: &str = "solus.v1.DeduperService";
@@ -31,6 +32,11 @@ pub fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
                 .with_context(|| format!("opening the embedded store at {}", path.display()))?;
             Ok(Arc::new(store))
         }
+        Backend::Hbase => {
+            let store = HbaseStore::open(settings.storage.hbase.clone(), &settings.storage.table, &settings.farm)
+                .context("opening the HBase store")?;
+            Ok(Arc::new(store))
+        }
     }
 }
 
@@ -42,6 +48,18 @@ pub fn describe_store(settings: &Settings) -> String {
             settings.storage.embedded.path.display(),
             settings.storage.embedded.fsync
         ),
+        Backend::Hbase => {
+            let h = &settings.storage.hbase;
+            format!(
+                "HBase Thrift at {} ({:?}/{:?}), tables {} and {}_{}",
+                h.addresses.join(","),
+                h.transport,
+                h.protocol,
+                settings.storage.table,
+                settings.storage.table,
+                settings.farm
+            )
+        }
     }
 }
 

@@ -31,7 +31,10 @@ pub enum Protocol {
 #[serde(default, deny_unknown_fields)]
 pub struct HbaseConfig {
     /// HBase Thrift1 servers as `host:port`; connections go to the first
-    /// reachable one, starting from a rotating position. Default `["127.0.0.1:9090"]`.
+    /// reachable one, starting from a rotating position. A single string is
+    /// split at commas (for `SOLUS__STORAGE__HBASE__ADDRESSES=h1:9090,h2:9090`).
+    /// Default `["127.0.0.1:9090"]`.
+    #[serde(deserialize_with = "one_or_many")]
     pub addresses: Vec<String>,
     /// Default `buffered`.
     pub transport: Transport,
@@ -66,6 +69,20 @@ pub struct HbaseConfig {
     /// R shard rows asks each row for every row's bits; past this budget the
     /// rows are split over several calls, run in parallel. Default 65,536.
     pub max_cells_per_read: u64,
+}
+
+/// A list, or one comma-separated string (environment variables are strings).
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(s) => s.split(',').map(|a| a.trim().to_string()).collect(),
+        OneOrMany::Many(v) => v,
+    })
 }
 
 impl Default for HbaseConfig {

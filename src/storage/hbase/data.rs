@@ -120,9 +120,14 @@ pub fn write_batches(d: &Deduper, bits: &[BitAddr], expire_ms: i64) -> Vec<Batch
     let value = layout::encode_expire_ms(expire_ms).to_vec();
     bits.chunk_by(|a, b| a.shard == b.shard)
         .map(|run| {
-            let mutations = run
+            let mutations: Vec<_> = run
                 .iter()
-                .map(|a| codec::put(codec::column(layout::DATA_FAMILY, &layout::ttl_qualifier(a.bit)), value.clone()))
+                .map(|a| {
+                    codec::put(
+                        codec::column(layout::DATA_FAMILY, &layout::ttl_qualifier(a.bit)),
+                        value.clone(),
+                    )
+                })
                 .collect();
             BatchMutation::new(row_key(d, run[0].shard), mutations)
         })

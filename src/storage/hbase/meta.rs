@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use hbase_thrift::hbase::{TCell, THbaseSyncClient, TRowResult, TScan};
 
 use super::codec::{self, Attributes, meta_col};
-use super::pool::{HbaseError, Pool, Retry};
+use super::pool::{Pool, Retry};
 use crate::contract::layout;
 use crate::deduper::Deduper;
 use crate::storage::StorageError;
@@ -39,7 +39,12 @@ fn read_row(pool: &Pool, client_id: &str, name: &str) -> Result<Option<BTreeMap<
     let table = layout::meta_table(client_id);
     let row = layout::meta_row_key(client_id, name);
     let result = pool.call(Retry::Idempotent, |c| {
-        c.get_row_with_columns(table.clone().into_bytes(), row.clone(), meta_columns(), Attributes::new())
+        c.get_row_with_columns(
+            table.clone().into_bytes(),
+            row.clone(),
+            meta_columns(),
+            Attributes::new(),
+        )
     });
     match result {
         Ok(rows) => Ok(rows.into_iter().next().and_then(|r| r.columns)),
@@ -165,7 +170,12 @@ fn drain(c: &mut impl THbaseSyncClient, id: i32) -> thrift::Result<Vec<TRowResul
 /// `a` present and not `0x00` (Java `Bytes.toBoolean` is true for any
 /// non-zero byte); `filterIfMissing = true` drops rows without `a`.
 fn active_filter() -> Vec<u8> {
-    let mut f = format!("SingleColumnValueFilter('{}','{}',!=,'binary:", layout::META_FAMILY, meta_col::ACTIVE).into_bytes();
+    let mut f = format!(
+        "SingleColumnValueFilter('{}','{}',!=,'binary:",
+        layout::META_FAMILY,
+        meta_col::ACTIVE
+    )
+    .into_bytes();
     f.push(0x00);
     f.extend_from_slice(b"',true,true)");
     f
@@ -177,7 +187,10 @@ mod tests {
 
     #[test]
     fn active_filter_uses_the_filter_language() {
-        assert_eq!(active_filter(), b"SingleColumnValueFilter('C','a',!=,'binary:\0',true,true)".to_vec());
+        assert_eq!(
+            active_filter(),
+            b"SingleColumnValueFilter('C','a',!=,'binary:\0',true,true)".to_vec()
+        );
     }
 
     #[test]

@@ -81,7 +81,12 @@ impl Tables {
     /// deduper is written. Same errors as [`Tables::ensure_data`].
     pub fn ensure_meta(&self, pool: &Pool, client_id: &str) -> Result<(), StorageError> {
         let table = layout::meta_table(client_id);
-        if self.meta_ready.lock().unwrap_or_else(|p| p.into_inner()).contains(&table) {
+        if self
+            .meta_ready
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&table)
+        {
             return Ok(());
         }
         self.ensure(pool, &table, layout::META_FAMILY, meta_family)?;
@@ -121,7 +126,10 @@ impl Tables {
         match pool.call(Retry::Once, |c| c.create_table(table.into(), vec![descriptor()])) {
             // Another replica created it first: just as good.
             Ok(()) | Err(HbaseError::AlreadyExists(_)) => {
-                tracing::info!(table, "created HBase table (one region; see deploy/hbase for pre-split tables)");
+                tracing::info!(
+                    table,
+                    "created HBase table (one region; see deploy/hbase for pre-split tables)"
+                );
                 Ok(())
             }
             Err(e) => Err(e.into_storage(&format!("createTable {table}"))),

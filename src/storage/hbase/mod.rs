@@ -1,0 +1,256 @@
+//! The HBase backend: the contract's layout in HBase tables, reached through
+//! HBase's Thrift1 server (`hbase-thrift` crate). Only this module knows
+//! about Thrift.
+//!
+//! # Tables
+//! Data: `storage.table` for global dedupers and `<table>_<farm>` for
+//! DC-level ones, family `S` (one version, GZ, ROWCOL bloom); one row per
+//! shard ([`layout::data_row_key`]), one cell per bit. Meta: one table per
+//! client, `<client_id>_dedupers`, family `C`; see `codec.rs` for the
+//! columns and their Java `Bytes.toBytes` encodings and `meta.rs` for how
+//! creation stays exclusive.
+//!
+//! # Writes and the never-backwards rule
+//! An add of a request is one `mutateRowsTs` over every touched shard row:
+//! each bit's cell `S:<bit>#ttl` gets the expiry time (8-byte big-endian ms)
+//! as its value **and as its cell timestamp**, with the mutation attribute
+//! `_ttl` = `expiry_seconds * 1000` (8-byte big-endian ms), written to the WAL.
+//! HBase keeps the version with the highest timestamp whatever the order the
+//! writes arrive in, and reads return only that version, so a bit's expiry
+//! never moves backwards - across requests, replicas and retries - without
+//! reading first. Consequences, all intended:
+//! - reads must use the plain `getRows*` calls, which read the time range
+//!   [0, `Long.MAX`) and so see these future-timestamped cells (the `...Ts`
+//!   variants would hide them);
+//! - the cell TTL check `timestamp + ttl < now` becomes `expire + expiry <
+//!   now`: HBase drops a cell `expiry_seconds` after it expired, never
+//!   before (reads compare the value with the clock and do not rely on that);
+//! - the family TTL is left at forever: a family TTL is measured from the
+//!   timestamp too, so any value would also only ever delay removal;
+//! - `deleteAll` deletes "as of now" and would miss these cells; Solus never
+//!   deletes bits. Other writers of the same table (a legacy service stamping
+//!   cells with the current time) lose against ours when their expiry is later
+//!   but their timestamp earlier: run one writer kind per table.
+//!
+//! # Reads
+//! All `k` bits of every entity of a request, with their legacy `S:<bit>`
+//! markers, through `getRowsWithColumns`: one call per request up to
+//! `max_cells_per_read` asked (row, column) pairs, split and parallel beyond
+//! (see `data.rs` for why). Never whole rows.
+//!
+//! # AddIfAbsent is not atomic here
+//! `read_and_write_bits` is a read followed by a write: two calls, and
+//! between them another request (this replica or another) can add the same
+//! entity. Both then answer "absent". The window is one HBase round trip
+//! (about a millisecond); the embedded store has no such window. Nothing is
+//! ever lost: both writes land and the max expiry wins.
+//!
+//! # Failures
+//! Every failure is `StorageError::Unavailable` with the call and HBase's
+//! message (`pool.rs`); idempotent calls are retried within the configured
+//! budget. If HBase is down at start-up the store still opens; tables are
+//! checked as soon as it answers, and `ping` (used by the health watcher)
+//! fails until then.
+
+mod codec;
+pub mod config;
+mod data;
+mod meta;
+mod pool;
+mod tables;
+
+use hbase_thrift::hbase::{THbaseSyncClient, TRowResult};
+
+use self::codec::Attributes;
+pub use self::codec::TTL_ATTRIBUTE;
+pub use self::config::{HbaseConfig, Protocol, Transport};
+use self::data::ReadGroup;
+use self::pool::{Pool, Retry};
+use self::tables::Tables;
+pub use self::tables::{data_family, meta_family};
+use super::{BitAddr, Cell, StorageError, Store};
+use crate::contract::layout;
+use crate::deduper::{Deduper, Level};
+use crate::engine::now_ms;
+
+/// The HBase store; see the module docs.
+pub struct HbaseStore {
+    config: HbaseConfig,
+    table: String,
+    farm: String,
+    pool: Pool,
+    tables: Tables,
+}
+
+impl HbaseStore {
+    /// Connects lazily and checks the data tables (`table` and
+    /// `<table>_<farm>`), creating missing ones when `create_tables` is set.
+    /// An unreachable HBase is not an error here: the store opens and checks
+    /// again later. Errors: `Unavailable` when HBase answers but a data table
+    /// is missing and may not be created, or cannot be created.
+    pub fn open(config: HbaseConfig, table: &str, farm: &str) -> Result<HbaseStore, StorageError> {
+        config.validate().map_err(StorageError::Unavailable)?;
+        let data_tables = vec![
+            layout::data_table(table, farm, false),
+            layout::data_table(table, farm, true),
+        ];
+        let store = HbaseStore {
+            pool: Pool::new(&config),
+            tables: Tables::new(data_tables, config.create_tables),
+            config,
+            table: table.to_string(),
+            farm: farm.to_string(),
+        };
+        match store.pool.call(Retry::Once, |c| c.get_table_names()) {
+            Ok(_) => store.tables.ensure_data(&store.pool)?,
+            Err(e) => tracing::warn!(
+                error = %e.into_storage("getTableNames"),
+                "HBase unreachable at start-up; serving NOT_SERVING until it answers"
+            ),
+        }
+        Ok(store)
+    }
+
+    /// The data table of `d`.
+    fn data_table(&self, d: &Deduper) -> String {
+        layout::data_table(&self.table, &self.farm, d.level == Level::Dc)
+    }
+
+    fn read_group(&self, table: &str, group: &ReadGroup) -> Result<Vec<TRowResult>, StorageError> {
+        self.pool
+            .call(Retry::Idempotent, |c| {
+                c.get_rows_with_columns(
+                    table.as_bytes().to_vec(),
+                    group.rows.clone(),
+                    group.columns.clone(),
+                    Attributes::new(),
+                )
+            })
+            .map_err(|e| e.into_storage(&format!("getRowsWithColumns {table}")))
+    }
+
+    fn read(&self, d: &Deduper, bits: &[BitAddr]) -> Result<Vec<Cell>, StorageError> {
+        let mut cells = vec![Cell::default(); bits.len()];
+        if bits.is_empty() {
+            return Ok(cells);
+        }
+        self.tables.ensure_data(&self.pool)?;
+        let table = self.data_table(d);
+        let groups = data::plan_reads(d, bits, self.config.read_legacy_markers, self.config.max_cells_per_read);
+        tracing::trace!(
+            calls = groups.len(),
+            asked = groups.iter().map(ReadGroup::asked).sum::<u64>(),
+            bits = bits.len(),
+            "HBase read plan"
+        );
+        let results: Vec<TRowResult> = if let [group] = groups.as_slice() {
+            self.read_group(&table, group)?
+        } else {
+            // Too many (row, column) pairs for one call: the groups go in
+            // parallel, each on its own pooled connection.
+            std::thread::scope(|s| {
+                let handles: Vec<_> = groups.iter().map(|g| s.spawn(|| self.read_group(&table, g))).collect();
+                let mut all = Vec::new();
+                for h in handles {
+                    let part = h
+                        .join()
+                        .map_err(|_| StorageError::Unavailable("HBase read thread panicked".into()))??;
+                    all.extend(part);
+                }
+                Ok::<_, StorageError>(all)
+            })?
+        };
+        data::decode_rows(d, bits, &results, &mut cells)?;
+        Ok(cells)
+    }
+
+    fn write(&self, d: &Deduper, bits: &[BitAddr], expire_ms: i64) -> Result<(), StorageError> {
+        if bits.is_empty() {
+            return Ok(());
+        }
+        self.tables.ensure_data(&self.pool)?;
+        let table = self.data_table(d);
+        let batches = data::write_batches(d, bits, expire_ms);
+        let ttl_ms = i64::try_from(d.expiry_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
+        // Idempotent: a replayed put carries the same timestamp and value.
+        self.pool
+            .call(Retry::Idempotent, |c| {
+                c.mutate_rows_ts(
+                    table.as_bytes().to_vec(),
+                    batches.clone(),
+                    expire_ms,
+                    codec::ttl_attributes(ttl_ms),
+                )
+            })
+            .map_err(|e| e.into_storage(&format!("mutateRowsTs {table}")))
+    }
+}
+
+impl Store for HbaseStore {
+    fn kind(&self) -> &'static str {
+        "hbase"
+    }
+
+    /// One `getRowsWithColumns` (more past `max_cells_per_read`). Errors:
+    /// `Unavailable`; `Corrupt` for a cell value of the wrong length.
+    fn read_bits(&self, deduper: &Deduper, bits: &[BitAddr]) -> Result<Vec<Cell>, StorageError> {
+        self.read(deduper, bits)
+    }
+
+    /// One `mutateRowsTs` with cell timestamp = `expire_ms` (ms since the
+    /// Unix epoch). Errors: `Unavailable`.
+    fn write_bits(&self, deduper: &Deduper, bits: &[BitAddr], expire_ms: i64) -> Result<(), StorageError> {
+        self.write(deduper, bits, expire_ms)
+    }
+
+    /// Read, then write: not atomic (see the module docs).
+    fn read_and_write_bits(
+        &self,
+        deduper: &Deduper,
+        bits: &[BitAddr],
+        expire_ms: i64,
+    ) -> Result<Vec<Cell>, StorageError> {
+        let cells = self.read(deduper, bits)?;
+        self.write(deduper, bits, expire_ms)?;
+        Ok(cells)
+    }
+
+    fn create_deduper(&self, deduper: &Deduper) -> Result<(), StorageError> {
+        self.tables.ensure_meta(&self.pool, &deduper.client_id)?;
+        meta::create(&self.pool, deduper, now_ms())
+    }
+
+    fn update_deduper(&self, deduper: &Deduper) -> Result<(), StorageError> {
+        meta::put_all(&self.pool, deduper)
+    }
+
+    fn get_deduper(&self, client_id: &str, name: &str) -> Result<Option<Deduper>, StorageError> {
+        meta::get(&self.pool, client_id, name)
+    }
+
+    fn list_dedupers(&self, client_id: &str, active_only: bool) -> Result<Vec<Deduper>, StorageError> {
+        meta::list(&self.pool, client_id, active_only)
+    }
+
+    /// Checks the data tables if not done yet, then one `isTableEnabled` of
+    /// the main data table. Errors: `Unavailable` (unreachable, table
+    /// missing or disabled).
+    fn ping(&self) -> Result<(), StorageError> {
+        self.tables.ensure_data(&self.pool)?;
+        let table = layout::data_table(&self.table, &self.farm, false);
+        let enabled = self
+            .pool
+            .call(Retry::Idempotent, |c| c.is_table_enabled(table.as_bytes().to_vec()))
+            .map_err(|e| e.into_storage(&format!("isTableEnabled {table}")))?;
+        if enabled {
+            Ok(())
+        } else {
+            Err(StorageError::Unavailable(format!("HBase table {table} is disabled")))
+        }
+    }
+
+    /// Nothing to do: every write was in HBase's WAL before it was acknowledged.
+    fn flush(&self) -> Result<(), StorageError> {
+        Ok(())
+    }
+}
