@@ -244,9 +244,14 @@ def check_solus_config(where, w, pod, c, ports, configmaps, secrets) -> None:
         if mhost not in ("0.0.0.0", "::") or mport != ports["metrics"]:
             problem(where, f"{wn}: metrics.listen {metrics} does not serve containerPort `metrics` {ports['metrics']}")
     drain_s = int(server.get("drain_timeout_ms", DEFAULT_DRAIN_MS)) / 1000
+    pause_s = (((c.get("lifecycle") or {}).get("preStop") or {}).get("sleep") or {}).get("seconds", 0)
     grace = pod.get("terminationGracePeriodSeconds", 30)
-    if grace < drain_s + 5:
-        problem(where, f"{wn}: terminationGracePeriodSeconds {grace} leaves no margin over the {drain_s:g} s drain")
+    if grace < pause_s + drain_s + 5:
+        problem(
+            where,
+            f"{wn}: terminationGracePeriodSeconds {grace} leaves under 5 s over "
+            f"the preStop pause ({pause_s} s) plus the drain ({drain_s:g} s)",
+        )
     auth = cfg.get("auth", {})
     files = []
     if auth.get("enabled"):
