@@ -1,6 +1,7 @@
 //! The `solus` command line: the server, operator client commands in the
 //! spirit of `redis-cli`, contract inspection and the replay tool.
 
+pub mod bench;
 mod client;
 mod explain;
 mod replay;
@@ -39,6 +40,10 @@ pub enum Command {
     /// Stream events sampled from a weighted key file through AddIfAbsent and
     /// check the answers against an exact set.
     Replay(replay::ReplayArgs),
+    /// Load generator: requests/s, entities/s, latency percentiles, errors.
+    Bench(bench::BenchArgs),
+    /// Solus against Redis (one key per entity) on the same machine and keys.
+    Compare(bench::CompareArgs),
 }
 
 /// Where the server is.
@@ -126,6 +131,8 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
         Command::AddIfAbsent(a) => client::check(a, true).await,
         Command::Explain(a) => explain::run(a),
         Command::Replay(a) => replay::run(a).await,
+        Command::Bench(a) => bench::run(a).await,
+        Command::Compare(a) => bench::run_compare(a).await,
     }
 }
 

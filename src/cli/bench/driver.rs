@@ -1,0 +1,241 @@
+//! The load loop: workers, pacing, latency histograms, progress and the summary.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use hdrhistogram::Histogram;
+use prost::bytes::Bytes;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::target::System;
+use super::{BenchArgs, Op};
+
+/// One request kind.
+#[derive(Debug, Clone, Copy)]
+pub enum Call {
+    Add,
+    Check,
+    AddIfAbsent,
+}
+
+/// Summary of a run. Latencies in ms.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Report {
+    pub system: String,
+    pub op: Op,
+    pub batch: usize,
+    pub concurrency: usize,
+    pub requests: u64,
+    pub entities: u64,
+    pub seconds: f64,
+    pub requests_per_second: f64,
+    pub entities_per_second: f64,
+    pub latency_p50_ms: f64,
+    pub latency_p99_ms: f64,
+    pub latency_p999_ms: f64,
+    pub latency_max_ms: f64,
+    /// Failed requests by status code.
+    pub errors: BTreeMap<String, u64>,
+}
+
+impl Report {
+    pub fn print(&self) {
+        println!("system        {}", self.system);
+        println!("op            {:?} (batch {}, concurrency {})", self.op, self.batch, self.concurrency);
+        println!("requests      {} in {:.1} s = {:.0} requests/s", self.requests, self.seconds, self.requests_per_second);
+        println!("entities      {} = {:.0} entities/s", self.entities, self.entities_per_second);
+        println!(
+            "latency       p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms",
+            self.latency_p50_ms, self.latency_p99_ms, self.latency_p999_ms, self.latency_max_ms
+        );
+        if self.errors.is_empty() {
+            println!("errors        none");
+        } else {
+            println!("errors        {:?}", self.errors);
+        }
+    }
+}
+
+/// The key space: the first `n` keys of `input`, or generated ones.
+pub fn load_keys(args: &BenchArgs) -> anyhow::Result<Arc<Vec<Bytes>>> {
+    let n = args.key_space.max(1);
+    let keys: Vec<Bytes> = match &args.input {
+        Some(path) => {
+            let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+            let mut keys = Vec::with_capacity(n);
+            for line in BufReader::new(file).lines() {
+                let line = line.with_context(|| format!("reading {}", path.display()))?;
+                let key = line.split('\t').next().unwrap_or_default();
+                if !key.is_empty() {
+                    keys.push(Bytes::from(key.to_string()));
+                }
+                if keys.len() == n {
+                    break;
+                }
+            }
+            anyhow::ensure!(!keys.is_empty(), "{} holds no keys", path.display());
+            keys
+        }
+        None => (0..n).map(|i| Bytes::from(format!("key-{i:010}"))).collect(),
+    };
+    Ok(Arc::new(keys))
+}
+
+struct Shared {
+    requests: AtomicU64,
+    entities: AtomicU64,
+    errors: AtomicU64,
+    cursor: AtomicU64,
+    stop: AtomicBool,
+}
+
+struct WorkerResult {
+    histogram: Histogram<u64>,
+    errors: BTreeMap<String, u64>,
+}
+
+/// Runs the benchmark described by `args`.
+pub async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
+    anyhow::ensure!(args.batch >= 1 && args.concurrency >= 1, "--batch and --concurrency must be at least 1");
+    let keys = load_keys(args)?;
+    let system = match &args.redis {
+        Some(url) => System::redis(url).await?,
+        None => {
+            let n = keys.len() as u64;
+            System::solus(&args.target, &args.client, &args.deduper, n, args.false_positive_rate).await?
+        }
+    };
+    let name = match &args.redis {
+        Some(url) => format!("redis {url}"),
+        None => format!("solus {}", args.target.addr),
+    };
+    let shared = Arc::new(Shared {
+        requests: AtomicU64::new(0),
+        entities: AtomicU64::new(0),
+        errors: AtomicU64::new(0),
+        cursor: AtomicU64::new(0),
+        stop: AtomicBool::new(false),
+    });
+    let per_worker_interval = args.rate.filter(|r| *r > 0.0).map(|r| Duration::from_secs_f64(args.concurrency as f64 / r));
+    let deadline = (!args.sequential && args.requests.is_none()).then(|| Duration::from_secs_f64(args.duration));
+    let budget = args.requests;
+    let start = Instant::now();
+
+    let mut workers = Vec::new();
+    for w in 0..args.concurrency {
+        let (mut system, keys, shared) = (system.clone(), keys.clone(), shared.clone());
+        let (batch, op, ttl, sequential) = (args.batch, args.op, args.ttl_ms, args.sequential);
+        let mut rng = StdRng::seed_from_u64(args.seed.wrapping_add(w as u64 * 0x9E37_79B9));
+        workers.push(tokio::spawn(async move {
+            let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds");
+            let mut errors = BTreeMap::new();
+            let mut pacer = per_worker_interval.map(|i| {
+                let mut t = tokio::time::interval(i);
+                t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                t
+            });
+            for i in 0u64.. {
+                if shared.stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                if let Some(b) = budget
+                    && shared.requests.fetch_add(1, Ordering::Relaxed) >= b
+                {
+                    break;
+                }
+                let batch_keys: Vec<Bytes> = if sequential {
+                    let from = shared.cursor.fetch_add(batch as u64, Ordering::Relaxed) as usize;
+                    if from >= keys.len() {
+                        break;
+                    }
+                    keys[from..(from + batch).min(keys.len())].to_vec()
+                } else {
+                    (0..batch).map(|_| keys[rng.random_range(0..keys.len())].clone()).collect()
+                };
+                if let Some(p) = pacer.as_mut() {
+                    p.tick().await;
+                }
+                let n = batch_keys.len() as u64;
+                let t0 = Instant::now();
+                let result = system.call(op.call_for(i), batch_keys, ttl).await;
+                histogram.saturating_record(t0.elapsed().as_micros() as u64);
+                if budget.is_none() {
+                    shared.requests.fetch_add(1, Ordering::Relaxed);
+                }
+                match result {
+                    Ok(()) => {
+                        shared.entities.fetch_add(n, Ordering::Relaxed);
+                    }
+                    Err(code) => {
+                        shared.errors.fetch_add(1, Ordering::Relaxed);
+                        *errors.entry(code).or_insert(0) += 1;
+                    }
+                }
+            }
+            WorkerResult { histogram, errors }
+        }));
+    }
+
+    let progress = {
+        let (shared, quiet) = (shared.clone(), args.quiet);
+        tokio::spawn(async move {
+            let mut last = (Instant::now(), 0u64);
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                if let Some(d) = deadline
+                    && start.elapsed() >= d
+                {
+                    shared.stop.store(true, Ordering::Relaxed);
+                }
+                if !quiet {
+                    let e = shared.entities.load(Ordering::Relaxed);
+                    let rate = (e - last.1) as f64 / last.0.elapsed().as_secs_f64();
+                    last = (Instant::now(), e);
+                    eprintln!(
+                        "  {:>5.1} s: {} requests, {} entities ({rate:.0}/s), {} errors",
+                        start.elapsed().as_secs_f64(),
+                        shared.requests.load(Ordering::Relaxed),
+                        e,
+                        shared.errors.load(Ordering::Relaxed)
+                    );
+                }
+            }
+        })
+    };
+
+    let mut histogram = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds");
+    let mut errors = BTreeMap::new();
+    for w in workers {
+        let r = w.await.context("benchmark worker panicked")?;
+        histogram.add(&r.histogram).context("merging histograms")?;
+        for (code, n) in r.errors {
+            *errors.entry(code).or_insert(0) += n;
+        }
+    }
+    progress.abort();
+    let seconds = start.elapsed().as_secs_f64();
+    let requests = histogram.len();
+    let entities = shared.entities.load(Ordering::Relaxed);
+    let ms = |q: f64| histogram.value_at_quantile(q) as f64 / 1000.0;
+    Ok(Report {
+        system: name,
+        op: args.op,
+        batch: args.batch,
+        concurrency: args.concurrency,
+        requests,
+        entities,
+        seconds,
+        requests_per_second: requests as f64 / seconds,
+        entities_per_second: entities as f64 / seconds,
+        latency_p50_ms: ms(0.5),
+        latency_p99_ms: ms(0.99),
+        latency_p999_ms: ms(0.999),
+        latency_max_ms: histogram.max() as f64 / 1000.0,
+        errors,
+    })
+}
