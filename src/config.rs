@@ -2,7 +2,7 @@
 //! variables `SOLUS__<SECTION>__<KEY>` (e.g. `SOLUS__SERVER__LISTEN`).
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
@@ -22,6 +22,8 @@ pub struct Settings {
     /// table on HBase. Default `dc1`.
     pub farm: String,
     pub log: LogConfig,
+    pub auth: AuthConfig,
+    pub metrics: MetricsConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -34,6 +36,12 @@ pub struct ServerConfig {
     /// Longest time any request may take, in ms, when the client sets no
     /// shorter deadline; past it the answer is `DEADLINE_EXCEEDED`. Default 30,000.
     pub request_timeout_ms: u64,
+    /// On SIGTERM/SIGINT: how long in-flight requests may still run, in ms,
+    /// after health turns `NOT_SERVING` and new requests are refused; then
+    /// the remaining connections are closed, storage is flushed and the
+    /// process exits 0. Default 20,000.
+    pub drain_timeout_ms: u64,
+    pub tls: TlsConfig,
 }
 
 impl Default for ServerConfig {
@@ -42,6 +50,61 @@ impl Default for ServerConfig {
             listen: ([127, 0, 0, 1], 50051).into(),
             health_check_interval_ms: 2_000,
             request_timeout_ms: 30_000,
+            drain_timeout_ms: 20_000,
+            tls: TlsConfig::default(),
+        }
+    }
+}
+
+/// TLS for the gRPC port (rustls). Off unless both `cert_file` and
+/// `key_file` are set; plaintext on a non-loopback address logs a warning.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsConfig {
+    /// Server certificate chain, PEM. Default none (plaintext).
+    pub cert_file: Option<PathBuf>,
+    /// Private key of `cert_file`, PEM (PKCS#8, PKCS#1 or SEC1). Default none.
+    pub key_file: Option<PathBuf>,
+    /// CA certificates, PEM: when set, every client must present a
+    /// certificate signed by one of them (mutual TLS); the TLS handshake of
+    /// a client without one fails. Default none.
+    pub client_ca_file: Option<PathBuf>,
+}
+
+impl TlsConfig {
+    /// Whether the gRPC port speaks TLS.
+    pub fn enabled(&self) -> bool {
+        self.cert_file.is_some()
+    }
+}
+
+/// Bearer-token authentication (see `crate::auth`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// Require `authorization: Bearer <token>` on every Solus RPC: none or
+    /// an unknown token gets `UNAUTHENTICATED`, another client's dedupers
+    /// `PERMISSION_DENIED`. Default false.
+    pub enabled: bool,
+    /// Lines of `<token> <client_id>` (`*` = admin, `#` comments); re-read
+    /// on SIGHUP (a bad file keeps the previous tokens). Required when
+    /// `enabled`. Default none.
+    pub tokens_file: Option<PathBuf>,
+}
+
+/// Prometheus metrics (see `crate::metrics`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// `host:port` of the plain-HTTP `/metrics` listener; `""` turns metrics
+    /// off. Default `127.0.0.1:9464`.
+    pub listen: String,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            listen: "127.0.0.1:9464".into(),
         }
     }
 }
@@ -85,8 +148,13 @@ pub struct LimitsConfig {
     pub max_entities_per_request: usize,
     /// Largest entity, in bytes. Default 4,096.
     pub max_entity_bytes: usize,
-    /// Largest decoded gRPC message, in bytes. Default 16 MiB.
+    /// Largest decoded gRPC message, in bytes; a larger one is answered
+    /// `RESOURCE_EXHAUSTED` before it is read. Default 16 MiB.
     pub max_message_bytes: usize,
+    /// Most Solus RPCs served at once; past it a request is answered
+    /// `RESOURCE_EXHAUSTED` at once (health and reflection are not
+    /// counted). Default 1,024.
+    pub max_concurrent_requests: usize,
     /// Most shards a deduper may have. Default 65,536.
     pub max_shards: u32,
     /// Largest shard chosen when sizing from n and p, in bits. Default 1,048,576.
@@ -99,6 +167,7 @@ impl Default for LimitsConfig {
             max_entities_per_request: 10_000,
             max_entity_bytes: 4096,
             max_message_bytes: 16 << 20,
+            max_concurrent_requests: 1_024,
             max_shards: 65_536,
             max_bits_per_shard: 1 << 20,
         }
@@ -174,6 +243,25 @@ impl Settings {
         if self.farm.is_empty() {
             return bad("farm must not be empty".into());
         }
+        if l.max_concurrent_requests == 0 {
+            return bad("limits.max_concurrent_requests must be at least 1".into());
+        }
+        let tls = &self.server.tls;
+        if tls.cert_file.is_some() != tls.key_file.is_some() {
+            return bad("server.tls.cert_file and server.tls.key_file must be set together".into());
+        }
+        if tls.client_ca_file.is_some() && !tls.enabled() {
+            return bad("server.tls.client_ca_file needs server.tls.cert_file and key_file".into());
+        }
+        if self.auth.enabled && self.auth.tokens_file.is_none() {
+            return bad("auth.enabled needs auth.tokens_file".into());
+        }
+        if !self.metrics.listen.is_empty() && self.metrics.listen.parse::<SocketAddr>().is_err() {
+            return bad(format!(
+                "metrics.listen must be host:port (e.g. 127.0.0.1:9464) or empty, got {:?}",
+                self.metrics.listen
+            ));
+        }
         if self.storage.backend == Backend::Hbase {
             self.storage.hbase.validate().or_else(bad)?;
         }
@@ -189,6 +277,8 @@ impl Default for Settings {
             limits: LimitsConfig::default(),
             farm: "dc1".into(),
             log: LogConfig::default(),
+            auth: AuthConfig::default(),
+            metrics: MetricsConfig::default(),
         }
     }
 }
@@ -219,14 +309,21 @@ mod tests {
     fn file_then_environment_override() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("s.toml");
-        std::fs::write(&file, "farm = \"eu\"\n[limits]\nmax_shards = 10\n[storage.embedded]\nfsync = true\n").unwrap();
+        std::fs::write(
+            &file,
+            "farm = \"eu\"\n[limits]\nmax_shards = 10\n[storage.embedded]\nfsync = true\n",
+        )
+        .unwrap();
         let mut env = std::collections::HashMap::new();
         env.insert("SOLUS__LIMITS__MAX_SHARDS".to_string(), "20".to_string());
         env.insert("SOLUS__SERVER__LISTEN".to_string(), "0.0.0.0:1234".to_string());
         let s: Settings = config::Config::builder()
             .add_source(config::File::from(file.as_path()))
             .add_source(
-                config::Environment::with_prefix("SOLUS").separator("__").try_parsing(true).source(Some(env)),
+                config::Environment::with_prefix("SOLUS")
+                    .separator("__")
+                    .try_parsing(true)
+                    .source(Some(env)),
             )
             .build()
             .unwrap()
@@ -235,6 +332,57 @@ mod tests {
         assert_eq!((s.farm.as_str(), s.limits.max_shards), ("eu", 20));
         assert!(s.storage.embedded.fsync);
         assert_eq!(s.server.listen.to_string(), "0.0.0.0:1234");
+    }
+
+    #[test]
+    fn security_keys_are_checked_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("s.toml");
+        let refused = [
+            ("[server.tls]\ncert_file = \"c.pem\"\n", "key_file"),
+            ("[server.tls]\nclient_ca_file = \"ca.pem\"\n", "client_ca_file"),
+            ("[auth]\nenabled = true\n", "tokens_file"),
+            ("[limits]\nmax_concurrent_requests = 0\n", "max_concurrent_requests"),
+            ("[metrics]\nlisten = \"localhost\"\n", "metrics.listen"),
+        ];
+        for (text, mentions) in refused {
+            std::fs::write(&file, text).unwrap();
+            let e = Settings::load(Some(&file)).unwrap_err().to_string();
+            assert!(e.contains(mentions), "{text}: {e}");
+        }
+        std::fs::write(
+            &file,
+            "[server.tls]\ncert_file = \"c.pem\"\nkey_file = \"k.pem\"\nclient_ca_file = \"ca.pem\"\n\
+             [auth]\nenabled = true\ntokens_file = \"t\"\n[metrics]\nlisten = \"\"\n",
+        )
+        .unwrap();
+        let s = Settings::load(Some(&file)).unwrap();
+        assert!(s.server.tls.enabled() && s.auth.enabled);
+        assert_eq!(s.metrics.listen, "");
+        let d = Settings::default();
+        assert_eq!(
+            (d.limits.max_concurrent_requests, d.server.drain_timeout_ms),
+            (1024, 20_000)
+        );
+        assert_eq!((d.metrics.listen.as_str(), d.auth.enabled), ("127.0.0.1:9464", false));
+    }
+
+    #[test]
+    fn empty_environment_value_turns_metrics_off() {
+        let mut env = std::collections::HashMap::new();
+        env.insert("SOLUS__METRICS__LISTEN".to_string(), String::new());
+        let s: Settings = config::Config::builder()
+            .add_source(
+                config::Environment::with_prefix("SOLUS")
+                    .separator("__")
+                    .try_parsing(true)
+                    .source(Some(env)),
+            )
+            .build()
+            .unwrap()
+            .try_deserialize()
+            .unwrap();
+        assert_eq!(s.metrics.listen, "");
     }
 
     #[test]

@@ -5,10 +5,12 @@
 //! byte-exact hashing and layout rules in `contract`.
 
 pub mod api;
+pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod contract;
 pub mod deduper;
 pub mod engine;
+pub mod metrics;
 pub mod server;
 pub mod storage;

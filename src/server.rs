@@ -1,42 +1,135 @@
 //! Wiring: opens the store, builds the engine, serves the Solus services plus
-//! the standard gRPC health and reflection services, and shuts down cleanly.
+//! the standard gRPC health and reflection services behind the request gate
+//! (TLS, tokens, limits, metrics), and shuts down cleanly within the drain timeout.
 
 use std::future::Future;
+use std::path::Path;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 use anyhow::Context;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_stream::Stream;
 use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
 use crate::api::pb::deduper_admin_service_server::DeduperAdminServiceServer;
 use crate::api::pb::deduper_service_server::DeduperServiceServer;
-use crate::api::{AdminService, DataService, pb};
-use crate::config::{Backend, Settings};
+use crate::api::{AdminService, DataService, Gate, pb};
+use crate::auth::Authenticator;
+use crate::config::{Backend, Settings, TlsConfig};
 use crate::engine::Engine;
 use crate::storage::Store;
 use crate::storage::embedded::EmbeddedStore;
 use crate::storage::hbase::HbaseStore;
+use crate::storage::metered::MeteredStore;
 
 /// Health service name of the data path: SERVING while storage is reachable.
 pub const DATA_SERVICE_NAME: &str = "solus.v1.DeduperService";
 
-/// Opens the configured storage backend (blocking: may replay a journal).
+/// Opens the configured storage backend (blocking: may replay a journal),
+/// wrapped so every storage call is measured (`solus_storage_*` metrics).
 pub fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
     match settings.storage.backend {
         Backend::Embedded => {
             let path = &settings.storage.embedded.path;
             let store = EmbeddedStore::open(settings.storage.embedded.clone())
                 .with_context(|| format!("opening the embedded store at {}", path.display()))?;
-            Ok(Arc::new(store))
+            let dedupers = store.deduper_count();
+            Ok(Arc::new(MeteredStore::new(Arc::new(store), Some(dedupers))))
         }
         Backend::Hbase => {
             let store = HbaseStore::open(settings.storage.hbase.clone(), &settings.storage.table, &settings.farm)
                 .context("opening the HBase store")?;
-            Ok(Arc::new(store))
+            Ok(Arc::new(MeteredStore::new(Arc::new(store), None)))
         }
+    }
+}
+
+/// The rustls server configuration of `server.tls`, `None` for plaintext.
+/// Errors name the file that could not be read; certificate/key mismatches
+/// are reported when the server is built.
+pub fn tls_config(tls: &TlsConfig) -> anyhow::Result<Option<ServerTlsConfig>> {
+    let (Some(cert), Some(key)) = (&tls.cert_file, &tls.key_file) else {
+        return Ok(None);
+    };
+    let read =
+        |path: &Path, key: &str| std::fs::read(path).with_context(|| format!("reading {key} {}", path.display()));
+    let identity = Identity::from_pem(read(cert, "server.tls.cert_file")?, read(key, "server.tls.key_file")?);
+    let mut config = ServerTlsConfig::new().identity(identity);
+    if let Some(ca) = &tls.client_ca_file {
+        config = config.client_ca_root(Certificate::from_pem(read(ca, "server.tls.client_ca_file")?));
+    }
+    Ok(Some(config))
+}
+
+/// The authenticator of `auth.*`: off, or the tokens of `auth.tokens_file`.
+pub fn authenticator(settings: &Settings) -> anyhow::Result<Authenticator> {
+    match (&settings.auth.tokens_file, settings.auth.enabled) {
+        (Some(path), true) => Ok(Authenticator::from_file(path)?),
+        (None, true) => anyhow::bail!("auth.enabled needs auth.tokens_file"),
+        (_, false) => Ok(Authenticator::disabled()),
+    }
+}
+
+/// Re-reads the tokens file on every SIGHUP; a refused file keeps the old tokens.
+#[cfg(unix)]
+fn reload_tokens_on_sighup(auth: Arc<Authenticator>) -> Option<tokio::task::JoinHandle<()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    if !auth.enabled() {
+        return None;
+    }
+    let mut hup = match signal(SignalKind::hangup()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch SIGHUP; the tokens file is read only at start");
+            return None;
+        }
+    };
+    Some(tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            match auth.reload() {
+                Ok(n) => tracing::info!(tokens = n, "SIGHUP: tokens file re-read"),
+                Err(e) => tracing::error!(error = %e, "SIGHUP: tokens file refused; keeping the previous tokens"),
+            }
+        }
+    }))
+}
+
+#[cfg(not(unix))]
+fn reload_tokens_on_sighup(_: Arc<Authenticator>) -> Option<tokio::task::JoinHandle<()>> {
+    None
+}
+
+/// Accepted connections until `stop` resolves; then the listening socket is
+/// closed at once, so new connections are refused while in-flight requests
+/// drain on the open ones.
+struct UntilStopped<'a> {
+    listener: Option<TcpListenerStream>,
+    stop: Pin<Box<dyn Future<Output = ()> + Send + 'a>>,
+}
+
+impl Stream for UntilStopped<'_> {
+    type Item = std::io::Result<TcpStream>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        let Some(listener) = this.listener.as_mut() else {
+            return Poll::Ready(None);
+        };
+        if this.stop.as_mut().poll(cx).is_ready() {
+            this.listener = None;
+            return Poll::Ready(None);
+        }
+        // No Nagle: a small response written after a large request would
+        // otherwise wait for the peer's delayed ACK (about 40 ms).
+        Pin::new(listener)
+            .poll_next(cx)
+            .map(|next| next.map(|accepted| accepted.inspect(|stream| drop(stream.set_nodelay(true)))))
     }
 }
 
@@ -90,13 +183,22 @@ async fn watch_storage(store: Arc<dyn Store>, reporter: HealthReporter, every: D
     }
 }
 
-/// Serves on `listener` until `shutdown` resolves, then stops accepting,
-/// lets in-flight requests finish, flushes storage and returns.
+/// Serves on `listener` until `shutdown` resolves; then health turns
+/// `NOT_SERVING`, the listener closes, new requests on open connections get
+/// `UNAVAILABLE`, in-flight ones finish (for at most
+/// `server.drain_timeout_ms`), storage is flushed and this returns `Ok`.
+/// Errors: unreadable TLS or tokens files, a metrics address that cannot be
+/// bound, storage that cannot be opened or flushed.
 pub async fn serve(
     settings: Settings,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send,
 ) -> anyhow::Result<()> {
+    let tls = tls_config(&settings.server.tls)?;
+    let auth = Arc::new(authenticator(&settings)?);
+    if let Some(addr) = crate::metrics::install(&settings.metrics.listen)? {
+        tracing::info!(%addr, "metrics on http://{addr}/metrics");
+    }
     let opened = settings.clone();
     let store = tokio::task::spawn_blocking(move || open_store(&opened)).await??;
     let engine = Arc::new(Engine::new(store.clone(), settings.limits.engine_limits()));
@@ -119,32 +221,87 @@ pub async fn serve(
         .build_v1alpha()?;
 
     let max = settings.limits.max_message_bytes;
+    let gate = Gate::new(auth.clone(), settings.limits.max_concurrent_requests, max);
+    let sighup = reload_tokens_on_sighup(auth.clone());
     let timeout = Duration::from_millis(settings.server.request_timeout_ms.max(1));
     let data = DeduperServiceServer::new(DataService::new(engine.clone(), timeout)).max_decoding_message_size(max);
     let admin =
         DeduperAdminServiceServer::new(AdminService::new(engine.clone(), timeout)).max_decoding_message_size(max);
 
     let addr = listener.local_addr()?;
-    tracing::info!(%addr, store = %describe_store(&settings), "solus listening");
-    let drain_reporter = reporter.clone();
-    let result = tonic::transport::Server::builder()
+    if tls.is_none() && !addr.ip().is_loopback() {
+        tracing::warn!(
+            %addr,
+            "plaintext gRPC on a non-loopback address: anyone on the network can read requests and bearer tokens; \
+             set server.tls.cert_file and server.tls.key_file"
+        );
+    }
+    tracing::info!(
+        %addr,
+        store = %describe_store(&settings),
+        tls = tls.is_some(),
+        mutual_tls = settings.server.tls.client_ca_file.is_some(),
+        auth = ?auth,
+        "solus listening"
+    );
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        builder = builder
+            .tls_config(tls)
+            .context("server.tls: certificate or key refused")?;
+    }
+
+    // Shutdown: flip health, refuse new requests, close the listener, start the drain clock.
+    let drain = Duration::from_millis(settings.server.drain_timeout_ms);
+    let (drain_tx, mut drain_rx) = tokio::sync::watch::channel(false);
+    let (drain_gate, drain_reporter) = (gate.clone(), reporter.clone());
+    let incoming = UntilStopped {
+        listener: Some(TcpListenerStream::new(listener)),
+        stop: Box::pin(async move {
+            shutdown.await;
+            tracing::info!(
+                in_flight = drain_gate.in_flight(),
+                drain_timeout_ms = drain.as_millis() as u64,
+                "shutting down: refusing new requests, finishing in-flight ones"
+            );
+            drain_gate.start_draining();
+            drain_reporter
+                .set_service_status(DATA_SERVICE_NAME, ServingStatus::NotServing)
+                .await;
+            drain_reporter.set_service_status("", ServingStatus::NotServing).await;
+            let _ = drain_tx.send(true);
+        }),
+    };
+    // The incoming stream ending starts tonic's graceful shutdown (GOAWAY,
+    // then wait for open requests); the signal itself never fires.
+    let server = builder
+        .layer(gate.clone())
         .add_service(health)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(data)
         .add_service(admin)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
-            shutdown.await;
-            tracing::info!("shutting down: refusing new requests, finishing in-flight ones");
-            drain_reporter
-                .set_service_status(DATA_SERVICE_NAME, ServingStatus::NotServing)
-                .await;
-            drain_reporter.set_service_status("", ServingStatus::NotServing).await;
-        })
-        .await;
+        .serve_with_incoming_shutdown(incoming, std::future::pending::<()>());
+    let result = tokio::select! {
+        r = server => r,
+        _ = async {
+            let _ = drain_rx.wait_for(|started| *started).await;
+            tokio::time::sleep(drain).await;
+        } => {
+            tracing::warn!(
+                in_flight = gate.in_flight(),
+                drain_timeout_ms = drain.as_millis() as u64,
+                "drain timeout reached: closing the remaining connections"
+            );
+            Ok(())
+        }
+    };
 
     watcher.abort();
     let _ = watcher.await;
+    if let Some(task) = sighup {
+        task.abort();
+    }
     drop(engine);
     let flushed = tokio::task::spawn_blocking(move || {
         let r = store.flush();

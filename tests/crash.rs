@@ -26,6 +26,8 @@ fn spawn_server(port: u16, data: &std::path::Path, fsync: bool) -> Child {
         .env("SOLUS__SERVER__LISTEN", format!("127.0.0.1:{port}"))
         .env("SOLUS__STORAGE__EMBEDDED__PATH", data)
         .env("SOLUS__STORAGE__EMBEDDED__FSYNC", fsync.to_string())
+        // Two tests run at once: neither takes the default /metrics port.
+        .env("SOLUS__METRICS__LISTEN", "")
         // Checkpoint often so the kill also lands during checkpoints.
         .env("SOLUS__STORAGE__EMBEDDED__CHECKPOINT_INTERVAL_MS", "50")
         .stdout(Stdio::null())

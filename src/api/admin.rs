@@ -6,7 +6,7 @@ use std::time::Duration;
 use tonic::{Request, Response, Status};
 
 use super::pb;
-use super::{status_of, within_deadline};
+use super::{authorize, status_of, within_deadline};
 use crate::deduper::{Deduper, Level};
 use crate::engine::{CreateSpec, Engine, EngineError};
 
@@ -59,11 +59,11 @@ impl pb::deduper_admin_service_server::DeduperAdminService for AdminService {
         &self,
         request: Request<pb::CreateDeduperRequest>,
     ) -> Result<Response<pb::Deduper>, Status> {
-        let (metadata, _, r) = request.into_parts();
+        let (metadata, extensions, r) = request.into_parts();
+        authorize(&extensions, &r.client_id)?;
         within_deadline("CreateDeduper", &metadata, self.timeout, async {
-            let status = |e| status_of("CreateDeduper", e);
             let spec = CreateSpec {
-                level: level_from_pb(r.level).map_err(status)?,
+                level: level_from_pb(r.level).map_err(status_of)?,
                 client_id: r.client_id,
                 name: r.name,
                 expected_insertions: r.expected_insertions,
@@ -73,7 +73,7 @@ impl pb::deduper_admin_service_server::DeduperAdminService for AdminService {
                 bits_per_shard: r.bits_per_shard,
                 expiry_seconds: r.expiry_seconds,
             };
-            let d = self.engine.create_deduper(spec).await.map_err(status)?;
+            let d = self.engine.create_deduper(spec).await.map_err(status_of)?;
             tracing::info!(client_id = %d.client_id, name = %d.name, k = d.geometry.hash_functions,
                 shards = d.geometry.shards, bits_per_shard = d.geometry.bits_per_shard, "deduper created");
             Ok(Response::new(deduper_to_pb(d)))
@@ -82,13 +82,14 @@ impl pb::deduper_admin_service_server::DeduperAdminService for AdminService {
     }
 
     async fn get_deduper(&self, request: Request<pb::GetDeduperRequest>) -> Result<Response<pb::Deduper>, Status> {
-        let (metadata, _, r) = request.into_parts();
+        let (metadata, extensions, r) = request.into_parts();
+        authorize(&extensions, &r.client_id)?;
         within_deadline("GetDeduper", &metadata, self.timeout, async {
             let d = self
                 .engine
                 .get_deduper(&r.client_id, &r.name)
                 .await
-                .map_err(|e| status_of("GetDeduper", e))?;
+                .map_err(status_of)?;
             Ok(Response::new(deduper_to_pb(d)))
         })
         .await
@@ -98,10 +99,11 @@ impl pb::deduper_admin_service_server::DeduperAdminService for AdminService {
         &self,
         request: Request<pb::ListDedupersRequest>,
     ) -> Result<Response<pb::ListDedupersResponse>, Status> {
-        let (metadata, _, r) = request.into_parts();
+        let (metadata, extensions, r) = request.into_parts();
+        authorize(&extensions, &r.client_id)?;
         within_deadline("ListDedupers", &metadata, self.timeout, async {
             let list = self.engine.list_dedupers(&r.client_id, r.active_only).await;
-            let list = list.map_err(|e| status_of("ListDedupers", e))?;
+            let list = list.map_err(status_of)?;
             Ok(Response::new(pb::ListDedupersResponse {
                 dedupers: list.into_iter().map(deduper_to_pb).collect(),
             }))
@@ -113,15 +115,14 @@ impl pb::deduper_admin_service_server::DeduperAdminService for AdminService {
         &self,
         request: Request<pb::UpdateDeduperRequest>,
     ) -> Result<Response<pb::Deduper>, Status> {
-        let (metadata, _, r) = request.into_parts();
+        let (metadata, extensions, r) = request.into_parts();
+        authorize(&extensions, &r.client_id)?;
         within_deadline("UpdateDeduper", &metadata, self.timeout, async {
             let d = self
                 .engine
                 .update_deduper(&r.client_id, &r.name, r.active, r.expiry_seconds)
                 .await;
-            Ok(Response::new(deduper_to_pb(
-                d.map_err(|e| status_of("UpdateDeduper", e))?,
-            )))
+            Ok(Response::new(deduper_to_pb(d.map_err(status_of)?)))
         })
         .await
     }

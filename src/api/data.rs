@@ -6,8 +6,9 @@ use std::time::Duration;
 use tonic::{Request, Response, Status};
 
 use super::pb;
-use super::{status_of, within_deadline};
+use super::{authorize, status_of, within_deadline};
 use crate::engine::Engine;
+use crate::metrics;
 
 pub struct DataService {
     engine: Arc<Engine>,
@@ -24,11 +25,13 @@ impl DataService {
 #[tonic::async_trait]
 impl pb::deduper_service_server::DeduperService for DataService {
     async fn add(&self, request: Request<pb::AddRequest>) -> Result<Response<pb::AddResponse>, Status> {
-        let (metadata, _, r) = request.into_parts();
+        let (metadata, extensions, r) = request.into_parts();
+        authorize(&extensions, &r.client_id)?;
+        metrics::request_entities("Add", r.entities.len());
         within_deadline("Add", &metadata, self.timeout, async {
             let added = self.engine.add(&r.client_id, &r.deduper, r.entities, r.ttl_ms).await;
             Ok(Response::new(pb::AddResponse {
-                added: added.map_err(|e| status_of("Add", e))?,
+                added: added.map_err(status_of)?,
             }))
         })
         .await
@@ -38,11 +41,13 @@ impl pb::deduper_service_server::DeduperService for DataService {
         &self,
         request: Request<pb::CheckAbsenceRequest>,
     ) -> Result<Response<pb::CheckAbsenceResponse>, Status> {
-        let (metadata, _, r) = request.into_parts();
+        let (metadata, extensions, r) = request.into_parts();
+        authorize(&extensions, &r.client_id)?;
+        metrics::request_entities("CheckAbsence", r.entities.len());
         within_deadline("CheckAbsence", &metadata, self.timeout, async {
             let absent = self.engine.check_absence(&r.client_id, &r.deduper, r.entities).await;
             Ok(Response::new(pb::CheckAbsenceResponse {
-                absent: absent.map_err(|e| status_of("CheckAbsence", e))?,
+                absent: absent.map_err(status_of)?,
             }))
         })
         .await
@@ -52,14 +57,16 @@ impl pb::deduper_service_server::DeduperService for DataService {
         &self,
         request: Request<pb::AddIfAbsentRequest>,
     ) -> Result<Response<pb::AddIfAbsentResponse>, Status> {
-        let (metadata, _, r) = request.into_parts();
+        let (metadata, extensions, r) = request.into_parts();
+        authorize(&extensions, &r.client_id)?;
+        metrics::request_entities("AddIfAbsent", r.entities.len());
         within_deadline("AddIfAbsent", &metadata, self.timeout, async {
             let absent = self
                 .engine
                 .add_if_absent(&r.client_id, &r.deduper, r.entities, r.ttl_ms)
                 .await;
             Ok(Response::new(pb::AddIfAbsentResponse {
-                absent: absent.map_err(|e| status_of("AddIfAbsent", e))?,
+                absent: absent.map_err(status_of)?,
             }))
         })
         .await

@@ -1,18 +1,23 @@
 //! gRPC services. The only module that knows about gRPC statuses: engine
-//! errors are mapped to canonical codes here, once.
+//! errors are mapped to canonical codes here, once. The [`Gate`] in front of
+//! the services authenticates, limits, counts and logs every Solus request;
+//! the handlers check the caller's client and the deadline.
 
 mod admin;
 mod data;
+mod gate;
 
 pub use admin::AdminService;
 pub use data::DataService;
+pub use gate::{Gate, GateService, code_name};
 
 use std::future::Future;
 use std::time::Duration;
 
 use tonic::metadata::MetadataMap;
-use tonic::{Code, Status};
+use tonic::{Code, Extensions, Status};
 
+use crate::auth::Principal;
 use crate::engine::EngineError;
 use crate::storage::StorageError;
 
@@ -24,8 +29,8 @@ pub mod pb {
     pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("solus_descriptor");
 }
 
-/// Maps an engine error to its canonical status, logging server-side failures.
-pub fn status_of(rpc: &'static str, e: EngineError) -> Status {
+/// Maps an engine error to its canonical status (the gate logs it).
+pub fn status_of(e: EngineError) -> Status {
     let code = match &e {
         EngineError::NotFound { .. } => Code::NotFound,
         EngineError::Inactive { .. } => Code::FailedPrecondition,
@@ -35,12 +40,24 @@ pub fn status_of(rpc: &'static str, e: EngineError) -> Status {
         EngineError::Storage(StorageError::AlreadyExists) => Code::AlreadyExists,
         EngineError::Storage(StorageError::Corrupt(_)) => Code::Internal,
     };
-    let message = e.to_string();
-    match code {
-        Code::Unavailable | Code::Internal => tracing::warn!(rpc, code = ?code, %message, "request failed"),
-        _ => tracing::info!(rpc, code = ?code, %message, "request refused"),
+    Status::new(code, e.to_string())
+}
+
+/// Checks that the caller the gate authenticated may act on `client_id`'s
+/// dedupers: `PERMISSION_DENIED` when it may not (the message names only
+/// the requested client, never a deduper), `UNAUTHENTICATED` when the
+/// request did not come through the gate.
+pub(crate) fn authorize(extensions: &Extensions, client_id: &str) -> Result<(), Status> {
+    match extensions.get::<Principal>() {
+        Some(p) if p.may_access(client_id) => Ok(()),
+        Some(_) => {
+            let shown: String = client_id.chars().take(crate::deduper::MAX_NAME_LEN + 1).collect();
+            Err(Status::permission_denied(format!(
+                "this token may not act on client {shown:?}'s dedupers"
+            )))
+        }
+        None => Err(Status::unauthenticated("request was not authenticated")),
     }
-    Status::new(code, message)
 }
 
 /// Parses a `grpc-timeout` header value (`<digits><H|M|S|m|u|n>`, gRPC over
@@ -79,11 +96,10 @@ pub(crate) async fn within_deadline<T>(
     let margin = (budget / 50).min(Duration::from_millis(20));
     match tokio::time::timeout(budget - margin, handler).await {
         Ok(r) => r,
-        Err(_) => {
-            let message = format!("{rpc} did not finish within its deadline of {} ms", budget.as_millis());
-            tracing::warn!(rpc, code = ?Code::DeadlineExceeded, %message, "request failed");
-            Err(Status::deadline_exceeded(message))
-        }
+        Err(_) => Err(Status::deadline_exceeded(format!(
+            "{rpc} did not finish within its deadline of {} ms",
+            budget.as_millis()
+        ))),
     }
 }
 

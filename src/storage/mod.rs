@@ -12,6 +12,7 @@ use crate::deduper::Deduper;
 
 pub mod embedded;
 pub mod hbase;
+pub mod metered;
 
 /// One bit of one shard row of a deduper.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

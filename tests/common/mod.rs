@@ -31,6 +31,8 @@ impl TestBackend {
         let mut settings = Settings::default();
         settings.storage.embedded.path = dir.path().join("data");
         settings.server.health_check_interval_ms = 200;
+        // Many servers share this process: none serves /metrics.
+        settings.metrics.listen = String::new();
         TestBackend {
             name: "embedded",
             settings,

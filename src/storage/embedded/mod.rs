@@ -155,6 +155,11 @@ impl EmbeddedStore {
         self.inner.db.disk_space().unwrap_or(0)
     }
 
+    /// Number of dedupers the store holds (for the `solus_dedupers` gauge).
+    pub fn deduper_count(&self) -> usize {
+        self.inner.entries.read().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
     /// Bytes of the saved stamp pages on disk (tables only; without the
     /// journal, whose files fjall preallocates).
     pub fn pages_disk_space(&self) -> u64 {

@@ -1,0 +1,87 @@
+//! A [`Store`] wrapper that records every call's latency and failures (see
+//! `crate::metrics`), whatever the backend. Adds no behaviour of its own.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::{BitAddr, Cell, StorageError, Store};
+use crate::deduper::Deduper;
+use crate::metrics;
+
+/// Wraps a store; calls go straight through and are timed.
+pub struct MeteredStore {
+    inner: Arc<dyn Store>,
+}
+
+impl MeteredStore {
+    /// `dedupers_at_start`: how many dedupers the store holds, when the
+    /// backend can tell cheaply (the embedded store); starts the deduper gauge.
+    pub fn new(inner: Arc<dyn Store>, dedupers_at_start: Option<usize>) -> MeteredStore {
+        metrics::set_dedupers(dedupers_at_start.unwrap_or(0));
+        MeteredStore { inner }
+    }
+
+    fn timed<T>(op: &'static str, f: impl FnOnce() -> Result<T, StorageError>) -> Result<T, StorageError> {
+        let start = Instant::now();
+        let r = f();
+        metrics::storage_call(op, r.is_ok(), start.elapsed());
+        r
+    }
+}
+
+impl Store for MeteredStore {
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+
+    fn read_bits(&self, deduper: &Deduper, bits: &[BitAddr]) -> Result<Vec<Cell>, StorageError> {
+        Self::timed("read_bits", || self.inner.read_bits(deduper, bits))
+    }
+
+    fn write_bits(&self, deduper: &Deduper, bits: &[BitAddr], expire_ms: i64) -> Result<(), StorageError> {
+        Self::timed("write_bits", || self.inner.write_bits(deduper, bits, expire_ms))
+    }
+
+    fn read_and_write_bits(
+        &self,
+        deduper: &Deduper,
+        bits: &[BitAddr],
+        expire_ms: i64,
+    ) -> Result<Vec<Cell>, StorageError> {
+        Self::timed("read_and_write_bits", || {
+            self.inner.read_and_write_bits(deduper, bits, expire_ms)
+        })
+    }
+
+    fn create_deduper(&self, deduper: &Deduper) -> Result<(), StorageError> {
+        // ALREADY_EXISTS is an answer, not a storage failure.
+        let start = Instant::now();
+        let r = self.inner.create_deduper(deduper);
+        let failed = matches!(r, Err(StorageError::Unavailable(_) | StorageError::Corrupt(_)));
+        metrics::storage_call("create_deduper", !failed, start.elapsed());
+        if r.is_ok() {
+            metrics::deduper_created();
+        }
+        r
+    }
+
+    fn update_deduper(&self, deduper: &Deduper) -> Result<(), StorageError> {
+        Self::timed("update_deduper", || self.inner.update_deduper(deduper))
+    }
+
+    fn get_deduper(&self, client_id: &str, name: &str) -> Result<Option<Deduper>, StorageError> {
+        Self::timed("get_deduper", || self.inner.get_deduper(client_id, name))
+    }
+
+    fn list_dedupers(&self, client_id: &str, active_only: bool) -> Result<Vec<Deduper>, StorageError> {
+        Self::timed("list_dedupers", || self.inner.list_dedupers(client_id, active_only))
+    }
+
+    fn ping(&self) -> Result<(), StorageError> {
+        Self::timed("ping", || self.inner.ping())
+    }
+
+    fn flush(&self) -> Result<(), StorageError> {
+        Self::timed("flush", || self.inner.flush())
+    }
+}
