@@ -47,7 +47,8 @@ pub struct EmbeddedConfig {
     pub checkpoint_journal_bytes: u64,
     /// Physically drop expired bits this often, in seconds. Default 600.
     pub sweep_interval_seconds: u64,
-    /// fjall block cache, in MiB. Default 32.
+    /// fjall block cache, in MiB. Default 4: reads are served from memory,
+    /// and fjall is read back only at start-up.
     pub cache_mib: u64,
 }
 
@@ -59,7 +60,7 @@ impl Default for EmbeddedConfig {
             checkpoint_interval_ms: 30_000,
             checkpoint_journal_bytes: 128 << 20,
             sweep_interval_seconds: 600,
-            cache_mib: 32,
+            cache_mib: 4,
         }
     }
 }
@@ -112,15 +113,20 @@ impl EmbeddedStore {
             .map_err(|e| unavailable(format!("creating {}: {e}", config.path.display())))?;
         let db = Database::builder(&config.path)
             .cache_size(config.cache_mib << 20)
+            // fjall keeps its own write-ahead files until memtables are
+            // flushed; the minimum (64 MiB) bounds that disk overhead.
+            .max_journaling_size(64 << 20)
             .open()
             .map_err(|e| unavailable(format!("opening {}: {e}", config.path.display())))?;
         // Small memtables for pages and journal: their records are written
         // once and rarely read back, so a large memtable is only resident memory.
         let ks = |name, memtable_mib: u64| {
-            db.keyspace(name, || KeyspaceCreateOptions::default().max_memtable_size(memtable_mib << 20))
-                .map_err(unavailable)
+            db.keyspace(name, || {
+                KeyspaceCreateOptions::default().max_memtable_size(memtable_mib << 20)
+            })
+            .map_err(unavailable)
         };
-        let (meta, pages, journal) = (ks("meta", 8)?, ks("pages", 16)?, ks("journal", 8)?);
+        let (meta, pages, journal) = (ks("meta", 4)?, ks("pages", 4)?, ks("journal", 4)?);
         let inner = Inner {
             config,
             db,
@@ -349,12 +355,12 @@ impl Inner {
             .collect();
         let now_stamp = stamp_of(now_ms());
         let result = self.save_pages(&entries, sweep.then_some(now_stamp));
-        if let Err(e) = result {
+        if result.is_err() {
             // Dirty flags were taken: put them back so nothing is skipped next time.
             for (_, e) in &entries {
                 e.filter.pages().for_each(|(_, _, p)| p.mark_dirty());
             }
-            return Err(e);
+            return result.map(drop);
         }
         let mut batch = self.db.batch();
         for kv in self.journal.range(..upto.to_be_bytes()) {
@@ -362,11 +368,13 @@ impl Inner {
         }
         batch.commit().map_err(unavailable)?;
         self.journal_bytes.store(0, Ordering::Relaxed);
-        Ok(())
+        result.map(drop)
     }
 
-    fn save_pages(&self, entries: &[(Vec<u8>, Arc<Entry>)], sweep_before: Option<u32>) -> Result<(), StorageError> {
+    /// Saves dirty pages; returns how many were written.
+    fn save_pages(&self, entries: &[(Vec<u8>, Arc<Entry>)], sweep_before: Option<u32>) -> Result<usize, StorageError> {
         let mut batch = self.db.batch();
+        let mut written = 0;
         for (key, entry) in entries {
             for (shard, page_no, page) in entry.filter.pages() {
                 if let Some(now) = sweep_before {
@@ -375,6 +383,7 @@ impl Inner {
                 if !page.take_dirty() {
                     continue;
                 }
+                written += 1;
                 let pk = codec::page_key(key, shard, page_no);
                 match page.encode() {
                     Some(v) => batch.insert(&self.pages, pk, v),
@@ -388,7 +397,8 @@ impl Inner {
             }
         }
         batch.commit().map_err(unavailable)?;
-        self.db.persist(PersistMode::SyncAll).map_err(unavailable)
+        self.db.persist(PersistMode::SyncAll).map_err(unavailable)?;
+        Ok(written)
     }
 }
 
