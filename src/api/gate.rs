@@ -203,9 +203,9 @@ fn record(rpc: &'static str, status: Option<&Status>, start: Instant) {
         | Code::DataLoss
         | Code::DeadlineExceeded
         | Code::ResourceExhausted => {
-            tracing::warn!(rpc, code, message, "request failed")
+            tracing::warn!(rpc, code, detail = message, "request failed")
         }
-        _ => tracing::info!(rpc, code, message, "request refused"),
+        _ => tracing::info!(rpc, code, detail = message, "request refused"),
     }
 }
 
