@@ -69,6 +69,12 @@ pub struct HbaseConfig {
     /// R shard rows asks each row for every row's bits; past this budget the
     /// rows are split over several calls, run in parallel. Default 65,536.
     pub max_cells_per_read: u64,
+    /// Largest Thrift request, in bytes (estimated from above for the binary
+    /// protocol). HBase's framed server drops connections sending frames
+    /// over `hbase.regionserver.thrift.framed.max_frame_size_in_mb` (2 MB by
+    /// default); a bigger read or write is split into several calls.
+    /// Default 1,048,576 (about 20,000 bit writes per call).
+    pub max_request_bytes: u64,
 }
 
 /// A list, or one comma-separated string (environment variables are strings).
@@ -100,6 +106,7 @@ impl Default for HbaseConfig {
             create_tables: true,
             read_legacy_markers: true,
             max_cells_per_read: 65_536,
+            max_request_bytes: 1 << 20,
         }
     }
 }
@@ -118,6 +125,9 @@ impl HbaseConfig {
         }
         if self.max_cells_per_read == 0 {
             return Err("storage.hbase.max_cells_per_read must be at least 1".into());
+        }
+        if self.max_request_bytes < 4096 {
+            return Err("storage.hbase.max_request_bytes must be at least 4096".into());
         }
         Ok(())
     }

@@ -10,6 +10,11 @@
 //! single-entity request, and batches of up to a few hundred entities on a
 //! typical deduper - is one call. Bigger ones are split and the calls run in
 //! parallel.
+//!
+//! Every call, read or write, also stays under `max_request_bytes` (HBase's
+//! framed Thrift server drops the connection on a frame above 2 MB by
+//! default), so a very large request becomes several calls instead of one
+//! that can never succeed.
 
 use std::collections::{HashMap, HashSet};
 
@@ -19,6 +24,24 @@ use super::codec;
 use crate::contract::layout::{self, Qualifier};
 use crate::deduper::Deduper;
 use crate::storage::{BitAddr, Cell, StorageError};
+
+/// Upper bound of one column name in a request: 4-byte length, then
+/// `S:` + up to 10 digits + `#ttl`.
+const COLUMN_WIRE_BYTES: u64 = 20;
+/// Upper bound of one `Mutation` (binary protocol; compact is smaller):
+/// field headers, the column, 8-byte value, flags.
+const MUTATION_WIRE_BYTES: u64 = 31 + 16;
+/// Per-row overhead besides the key: length prefix, batch struct headers.
+const ROW_WIRE_BYTES: u64 = 16;
+
+/// Size limits of one Thrift call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallLimits {
+    /// Most (row, column) pairs one read may ask for.
+    pub cells: u64,
+    /// Largest request, in bytes (estimated from above).
+    pub bytes: u64,
+}
 
 /// One `getRowsWithColumns` call: these rows, each asked for `columns`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,46 +55,60 @@ impl ReadGroup {
     pub fn asked(&self) -> u64 {
         (self.rows.len() * self.columns.len()) as u64
     }
-}
 
-fn row_key(d: &Deduper, shard: u32) -> Vec<u8> {
-    layout::data_row_key(shard, &d.client_id, &d.name)
-}
-
-/// Splits `bits` (sorted by shard, then bit) into read calls; see the module docs.
-pub fn plan_reads(d: &Deduper, bits: &[BitAddr], legacy: bool, max_cells: u64) -> Vec<ReadGroup> {
-    let per_bit = if legacy { 2 } else { 1 };
-    let mut groups = Vec::new();
-    let mut rows: Vec<u32> = Vec::new();
-    let mut union: HashSet<u32> = HashSet::new();
-    let mut flush = |rows: &mut Vec<u32>, union: &mut HashSet<u32>| {
-        if rows.is_empty() {
-            return;
-        }
-        let mut bits: Vec<u32> = union.drain().collect();
+    fn new(rows: Vec<Vec<u8>>, bits: impl IntoIterator<Item = u32>, legacy: bool) -> ReadGroup {
+        let mut bits: Vec<u32> = bits.into_iter().collect();
         bits.sort_unstable();
-        let mut columns = Vec::with_capacity(bits.len() * per_bit);
+        let mut columns = Vec::with_capacity(bits.len() * 2);
         for b in bits {
             columns.push(codec::column(layout::DATA_FAMILY, &layout::ttl_qualifier(b)));
             if legacy {
                 columns.push(codec::column(layout::DATA_FAMILY, &layout::legacy_qualifier(b)));
             }
         }
-        groups.push(ReadGroup {
-            rows: rows.drain(..).map(|s| row_key(d, s)).collect(),
-            columns,
-        });
+        ReadGroup { rows, columns }
+    }
+}
+
+fn row_key(d: &Deduper, shard: u32) -> Vec<u8> {
+    layout::data_row_key(shard, &d.client_id, &d.name)
+}
+
+/// Splits `bits` (sorted by shard, then bit) into read calls within
+/// `limits`; see the module docs. A row too big for one call on its own is
+/// read in slices of its columns.
+pub fn plan_reads(d: &Deduper, bits: &[BitAddr], legacy: bool, limits: CallLimits) -> Vec<ReadGroup> {
+    let per_bit: u64 = if legacy { 2 } else { 1 };
+    let fits = |rows: u64, row_bytes: u64, bits: u64| {
+        let columns = bits * per_bit;
+        rows * columns <= limits.cells && columns * COLUMN_WIRE_BYTES + row_bytes <= limits.bytes
     };
+    let mut groups = Vec::new();
+    let (mut rows, mut row_bytes, mut union) = (Vec::new(), 0u64, HashSet::new());
     for run in bits.chunk_by(|a, b| a.shard == b.shard) {
-        let new = run.iter().filter(|a| !union.contains(&a.bit)).count();
-        let cost = (rows.len() as u64 + 1) * ((union.len() + new) * per_bit) as u64;
-        if !rows.is_empty() && cost > max_cells {
-            flush(&mut rows, &mut union);
+        let key = row_key(d, run[0].shard);
+        let key_bytes = key.len() as u64 + ROW_WIRE_BYTES;
+        let new = run.iter().filter(|a| !union.contains(&a.bit)).count() as u64;
+        if !rows.is_empty() && !fits(rows.len() as u64 + 1, row_bytes + key_bytes, union.len() as u64 + new) {
+            groups.push(ReadGroup::new(std::mem::take(&mut rows), union.drain(), legacy));
+            row_bytes = 0;
         }
-        rows.push(run[0].shard);
+        if rows.is_empty() && !fits(1, key_bytes, run.len() as u64) {
+            let by_cells = limits.cells / per_bit;
+            let by_bytes = limits.bytes.saturating_sub(key_bytes) / (per_bit * COLUMN_WIRE_BYTES);
+            let slice = by_cells.min(by_bytes).max(1) as usize;
+            for part in run.chunks(slice) {
+                groups.push(ReadGroup::new(vec![key.clone()], part.iter().map(|a| a.bit), legacy));
+            }
+            continue;
+        }
+        rows.push(key);
+        row_bytes += key_bytes;
         union.extend(run.iter().map(|a| a.bit));
     }
-    flush(&mut rows, &mut union);
+    if !rows.is_empty() {
+        groups.push(ReadGroup::new(rows, union, legacy));
+    }
     groups
 }
 
@@ -114,13 +151,27 @@ pub fn decode_rows(
     Ok(())
 }
 
-/// The row batches of one `mutateRowsTs`: per touched shard row, a put of
-/// `<bit>#ttl` = `expire_ms` (8-byte big-endian) for each of its bits.
-pub fn write_batches(d: &Deduper, bits: &[BitAddr], expire_ms: i64) -> Vec<BatchMutation> {
+/// The `mutateRowsTs` calls of a write: per touched shard row, a put of
+/// `<bit>#ttl` = `expire_ms` (8-byte big-endian) for each of its bits. One
+/// call unless the request would exceed `max_bytes`; a row can then
+/// continue in the next call.
+pub fn write_calls(d: &Deduper, bits: &[BitAddr], expire_ms: i64, max_bytes: u64) -> Vec<Vec<BatchMutation>> {
     let value = layout::encode_expire_ms(expire_ms).to_vec();
-    bits.chunk_by(|a, b| a.shard == b.shard)
-        .map(|run| {
-            let mutations: Vec<_> = run
+    let mut calls: Vec<Vec<BatchMutation>> = vec![Vec::new()];
+    let mut bytes = 0u64;
+    for run in bits.chunk_by(|a, b| a.shard == b.shard) {
+        let key = row_key(d, run[0].shard);
+        let row_bytes = key.len() as u64 + ROW_WIRE_BYTES;
+        let mut rest = run;
+        while !rest.is_empty() {
+            let room = max_bytes.saturating_sub(bytes + row_bytes) / MUTATION_WIRE_BYTES;
+            if room == 0 && bytes > 0 {
+                calls.push(Vec::new());
+                bytes = 0;
+                continue;
+            }
+            let (now, later) = rest.split_at((room.max(1) as usize).min(rest.len()));
+            let mutations: Vec<_> = now
                 .iter()
                 .map(|a| {
                     codec::put(
@@ -129,9 +180,16 @@ pub fn write_batches(d: &Deduper, bits: &[BitAddr], expire_ms: i64) -> Vec<Batch
                     )
                 })
                 .collect();
-            BatchMutation::new(row_key(d, run[0].shard), mutations)
-        })
-        .collect()
+            bytes += row_bytes + now.len() as u64 * MUTATION_WIRE_BYTES;
+            calls
+                .last_mut()
+                .expect("one call")
+                .push(BatchMutation::new(key.clone(), mutations));
+            rest = later;
+        }
+    }
+    calls.retain(|c| !c.is_empty());
+    calls
 }
 
 #[cfg(test)]
@@ -167,18 +225,22 @@ mod tests {
         pairs.iter().map(|&(shard, bit)| BitAddr { shard, bit }).collect()
     }
 
+    fn cells(cells: u64) -> CallLimits {
+        CallLimits { cells, bytes: 1 << 20 }
+    }
+
     #[test]
     fn one_group_within_budget_with_union_columns() {
         let d = deduper();
         let bits = addrs(&[(0, 5), (0, 7), (2, 5), (2, 9)]);
-        let groups = plan_reads(&d, &bits, true, 1000);
+        let groups = plan_reads(&d, &bits, true, cells(1000));
         assert_eq!(groups.len(), 1);
         let g = &groups[0];
         assert_eq!(g.rows, vec![row_key(&d, 0), row_key(&d, 2)]);
         let cols: Vec<&[u8]> = g.columns.iter().map(Vec::as_slice).collect();
         assert_eq!(cols, [&b"S:5#ttl"[..], b"S:5", b"S:7#ttl", b"S:7", b"S:9#ttl", b"S:9"]);
         assert_eq!(g.asked(), 12);
-        let without_legacy = plan_reads(&d, &bits, false, 1000);
+        let without_legacy = plan_reads(&d, &bits, false, cells(1000));
         assert_eq!(without_legacy[0].columns.len(), 3);
     }
 
@@ -187,12 +249,34 @@ mod tests {
         let d = deduper();
         let bits = addrs(&[(0, 1), (0, 2), (1, 3), (1, 4), (2, 5), (3, 6)]);
         // Two rows x four columns = 8 fits; a third row would make 18.
-        let groups = plan_reads(&d, &bits, true, 8);
+        let groups = plan_reads(&d, &bits, true, cells(8));
         let rows: Vec<usize> = groups.iter().map(|g| g.rows.len()).collect();
         assert_eq!(rows, [1, 1, 2]);
         assert!(groups.iter().all(|g| g.asked() <= 8));
-        // A single row over budget is still read (alone).
-        assert_eq!(plan_reads(&d, &bits, true, 1).len(), 4);
+        // A row over budget on its own is read in slices, one bit (two columns) at least.
+        let sliced = plan_reads(&d, &bits, true, cells(1));
+        assert_eq!(sliced.len(), 6);
+        assert!(sliced.iter().all(|g| g.rows.len() == 1 && g.columns.len() == 2));
+    }
+
+    #[test]
+    fn reads_stay_under_the_request_size() {
+        let d = deduper();
+        let bits: Vec<BitAddr> = (0..1000).map(|bit| BitAddr { shard: 1, bit }).collect();
+        let limits = CallLimits {
+            cells: u64::MAX,
+            bytes: 10_000,
+        };
+        let groups = plan_reads(&d, &bits, true, limits);
+        // (10,000 - key) / (2 x 20) = 249 bits per call.
+        assert_eq!(groups.len(), 5);
+        let total: usize = groups.iter().map(|g| g.columns.len()).sum();
+        assert_eq!(total, 2000);
+        assert!(
+            groups
+                .iter()
+                .all(|g| g.columns.len() as u64 * COLUMN_WIRE_BYTES < 10_000)
+        );
     }
 
     #[test]
@@ -246,12 +330,41 @@ mod tests {
     #[test]
     fn one_batch_per_shard_row() {
         let d = deduper();
-        let batches = write_batches(&d, &addrs(&[(0, 5), (0, 7), (3, 1)]), 1_700_000_000_000);
+        let calls = write_calls(&d, &addrs(&[(0, 5), (0, 7), (3, 1)]), 1_700_000_000_000, 1 << 20);
+        assert_eq!(calls.len(), 1);
+        let batches = &calls[0];
         assert_eq!(batches.len(), 2);
         assert_eq!(batches[0].row.as_deref(), Some(&row_key(&d, 0)[..]));
         let m = &batches[0].mutations.as_ref().unwrap()[1];
         assert_eq!(m.column.as_deref(), Some(&b"S:7#ttl"[..]));
         assert_eq!(m.value.as_deref(), Some(&1_700_000_000_000_i64.to_be_bytes()[..]));
         assert_eq!((m.write_to_w_a_l, m.is_delete), (Some(true), Some(false)));
+    }
+
+    #[test]
+    fn big_writes_split_under_the_request_size() {
+        let d = deduper();
+        let bits: Vec<BitAddr> = (0..3000)
+            .map(|i| BitAddr {
+                shard: i / 1000,
+                bit: i % 1000,
+            })
+            .collect();
+        let calls = write_calls(&d, &bits, 1, 50_000);
+        assert!(calls.len() >= 3, "{}", calls.len());
+        let mut seen = Vec::new();
+        for call in &calls {
+            let mutations: usize = call.iter().map(|b| b.mutations.as_ref().unwrap().len()).sum();
+            assert!(mutations as u64 * MUTATION_WIRE_BYTES <= 50_000);
+            for b in call {
+                for m in b.mutations.as_ref().unwrap() {
+                    seen.push((b.row.clone().unwrap(), m.column.clone().unwrap()));
+                }
+            }
+        }
+        assert_eq!(seen.len(), 3000, "every bit written exactly once");
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), 3000);
     }
 }

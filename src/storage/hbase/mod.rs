@@ -11,7 +11,8 @@
 //! creation stays exclusive.
 //!
 //! # Writes and the never-backwards rule
-//! An add of a request is one `mutateRowsTs` over every touched shard row:
+//! An add of a request is one `mutateRowsTs` over every touched shard row
+//! (several, in parallel, past `max_request_bytes`, about 20,000 cells):
 //! each bit's cell `S:<bit>#ttl` gets the expiry time (8-byte big-endian ms)
 //! as its value **and as its cell timestamp**, with the mutation attribute
 //! `_ttl` = `expiry_seconds * 1000` (8-byte big-endian ms), written to the WAL.
@@ -35,8 +36,8 @@
 //! # Reads
 //! All `k` bits of every entity of a request, with their legacy `S:<bit>`
 //! markers, through `getRowsWithColumns`: one call per request up to
-//! `max_cells_per_read` asked (row, column) pairs, split and parallel beyond
-//! (see `data.rs` for why). Never whole rows.
+//! `max_cells_per_read` asked (row, column) pairs and `max_request_bytes`,
+//! split and parallel beyond (see `data.rs` for why). Never whole rows.
 //!
 //! # AddIfAbsent is not atomic here
 //! `read_and_write_bits` is a read followed by a write: two calls, and
@@ -136,30 +137,21 @@ impl HbaseStore {
         }
         self.tables.ensure_data(&self.pool)?;
         let table = self.data_table(d);
-        let groups = data::plan_reads(d, bits, self.config.read_legacy_markers, self.config.max_cells_per_read);
+        let limits = data::CallLimits {
+            cells: self.config.max_cells_per_read,
+            bytes: self.config.max_request_bytes,
+        };
+        let groups = data::plan_reads(d, bits, self.config.read_legacy_markers, limits);
         tracing::trace!(
             calls = groups.len(),
             asked = groups.iter().map(ReadGroup::asked).sum::<u64>(),
             bits = bits.len(),
             "HBase read plan"
         );
-        let results: Vec<TRowResult> = if let [group] = groups.as_slice() {
-            self.read_group(&table, group)?
-        } else {
-            // Too many (row, column) pairs for one call: the groups go in
-            // parallel, each on its own pooled connection.
-            std::thread::scope(|s| {
-                let handles: Vec<_> = groups.iter().map(|g| s.spawn(|| self.read_group(&table, g))).collect();
-                let mut all = Vec::new();
-                for h in handles {
-                    let part = h
-                        .join()
-                        .map_err(|_| StorageError::Unavailable("HBase read thread panicked".into()))??;
-                    all.extend(part);
-                }
-                Ok::<_, StorageError>(all)
-            })?
-        };
+        let results: Vec<TRowResult> = in_parallel(&groups, |g| self.read_group(&table, g))?
+            .into_iter()
+            .flatten()
+            .collect();
         data::decode_rows(d, bits, &results, &mut cells)?;
         Ok(cells)
     }
@@ -170,20 +162,45 @@ impl HbaseStore {
         }
         self.tables.ensure_data(&self.pool)?;
         let table = self.data_table(d);
-        let batches = data::write_batches(d, bits, expire_ms);
+        let calls = data::write_calls(d, bits, expire_ms, self.config.max_request_bytes);
         let ttl_ms = i64::try_from(d.expiry_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
-        // Idempotent: a replayed put carries the same timestamp and value.
-        self.pool
-            .call(Retry::Idempotent, |c| {
-                c.mutate_rows_ts(
-                    table.as_bytes().to_vec(),
-                    batches.clone(),
-                    expire_ms,
-                    codec::ttl_attributes(ttl_ms),
-                )
-            })
-            .map_err(|e| e.into_storage(&format!("mutateRowsTs {table}")))
+        in_parallel(&calls, |batches| {
+            // Idempotent: a replayed put carries the same timestamp and value.
+            self.pool
+                .call(Retry::Idempotent, |c| {
+                    c.mutate_rows_ts(
+                        table.as_bytes().to_vec(),
+                        batches.clone(),
+                        expire_ms,
+                        codec::ttl_attributes(ttl_ms),
+                    )
+                })
+                .map_err(|e| e.into_storage(&format!("mutateRowsTs {table}")))
+        })?;
+        Ok(())
     }
+}
+
+/// Runs `f` on every item: directly for one (the usual case), else in
+/// parallel threads, each taking its own pooled connection. The first error
+/// wins; the other calls still finish (every call here is idempotent).
+fn in_parallel<T: Sync, R: Send>(
+    items: &[T],
+    f: impl Fn(&T) -> Result<R, StorageError> + Sync,
+) -> Result<Vec<R>, StorageError> {
+    if let [one] = items {
+        return Ok(vec![f(one)?]);
+    }
+    std::thread::scope(|s| {
+        let handles: Vec<_> = items.iter().map(|item| s.spawn(|| f(item))).collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(StorageError::Unavailable("HBase call thread panicked".into())))
+            })
+            .collect()
+    })
 }
 
 impl Store for HbaseStore {
@@ -191,13 +208,14 @@ impl Store for HbaseStore {
         "hbase"
     }
 
-    /// One `getRowsWithColumns` (more past `max_cells_per_read`). Errors:
+    /// One `getRowsWithColumns` (more past `max_cells_per_read` or
+    /// `max_request_bytes`, in parallel). Errors:
     /// `Unavailable`; `Corrupt` for a cell value of the wrong length.
     fn read_bits(&self, deduper: &Deduper, bits: &[BitAddr]) -> Result<Vec<Cell>, StorageError> {
         self.read(deduper, bits)
     }
 
-    /// One `mutateRowsTs` with cell timestamp = `expire_ms` (ms since the
+    /// One `mutateRowsTs` (more past `max_request_bytes`) with cell timestamp = `expire_ms` (ms since the
     /// Unix epoch). Errors: `Unavailable`.
     fn write_bits(&self, deduper: &Deduper, bits: &[BitAddr], expire_ms: i64) -> Result<(), StorageError> {
         self.write(deduper, bits, expire_ms)

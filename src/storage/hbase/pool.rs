@@ -9,11 +9,15 @@
 //! A connection is dropped instead of reused when a call on it failed below
 //! the HBase level (transport, protocol or application error: the stream may
 //! be out of step), and when a check on checkout - a non-blocking `peek` of
-//! the socket, no Thrift call - finds it closed by the server.
+//! the socket, no Thrift call - finds it closed by the server. Such a failure
+//! usually means the server went away or cut every connection, and a FIN
+//! can still be in flight when the next checkout peeks: so the failure also
+//! retires every connection opened before it (a generation counter), and the
+//! retry starts on a fresh one.
 
 use std::io;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -89,14 +93,21 @@ fn classify(e: thrift::Error, peer: SocketAddr, broken: &mut bool) -> HbaseError
             *broken = true;
             HbaseError::Connection(format!("unexpected answer from {peer}: {u}"))
         }
-        // `ApplicationError`'s Display shows only its kind: log the Debug form.
+        // The Display of these errors shows only their kind: add the message.
         thrift::Error::Application(a) => {
             *broken = true;
-            HbaseError::Connection(format!("Thrift application error from {peer}: {a:?}"))
+            HbaseError::Connection(format!(
+                "Thrift application error from {peer}: {:?}: {}",
+                a.kind, a.message
+            ))
         }
-        other => {
+        thrift::Error::Transport(t) => {
             *broken = true;
-            HbaseError::Connection(format!("connection to {peer}: {other}"))
+            HbaseError::Connection(format!("connection to {peer}: {:?}: {}", t.kind, t.message))
+        }
+        thrift::Error::Protocol(p) => {
+            *broken = true;
+            HbaseError::Connection(format!("garbled answer from {peer}: {:?}: {}", p.kind, p.message))
         }
     }
 }
@@ -108,6 +119,8 @@ pub struct Conn {
     socket: TcpStream,
     peer: SocketAddr,
     broken: bool,
+    /// The pool generation when it was opened; older ones are retired.
+    generation: u64,
 }
 
 impl Conn {
@@ -133,6 +146,8 @@ struct Manager {
     /// The last connect error, cleared by a successful connect: lets callers
     /// fail fast while HBase is unreachable instead of waiting out the pool.
     down: Arc<Mutex<Option<String>>>,
+    /// Bumped by every connection-level failure (see the module docs).
+    generation: Arc<AtomicU64>,
 }
 
 impl Manager {
@@ -168,6 +183,7 @@ impl Manager {
             socket,
             peer: addr,
             broken: false,
+            generation: self.generation.load(Ordering::SeqCst),
         })
     }
 
@@ -208,11 +224,17 @@ impl r2d2::ManageConnection for Manager {
     }
 
     fn is_valid(&self, conn: &mut Conn) -> io::Result<()> {
+        if conn.generation < self.generation.load(Ordering::SeqCst) {
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "retired after a connection failure",
+            ));
+        }
         conn.check_open()
     }
 
     fn has_broken(&self, conn: &mut Conn) -> bool {
-        conn.broken
+        conn.broken || conn.generation < self.generation.load(Ordering::SeqCst)
     }
 }
 
@@ -223,7 +245,7 @@ struct QuietErrors;
 
 impl r2d2::HandleError<io::Error> for QuietErrors {
     fn handle_error(&self, error: io::Error) {
-        tracing::debug!(%error, "HBase connect attempt failed");
+        tracing::debug!(%error, "HBase connection not opened or not reused");
     }
 }
 
@@ -240,6 +262,7 @@ pub enum Retry {
 pub struct Pool {
     pool: r2d2::Pool<Manager>,
     down: Arc<Mutex<Option<String>>>,
+    generation: Arc<AtomicU64>,
     checkout_timeout: Duration,
     retries: u32,
     backoff: Duration,
@@ -251,10 +274,12 @@ impl Pool {
     /// background and on demand, so a down HBase does not stop start-up.
     pub fn new(config: &HbaseConfig) -> Pool {
         let down = Arc::new(Mutex::new(None));
+        let generation = Arc::new(AtomicU64::new(0));
         let manager = Manager {
             config: config.clone(),
             next: AtomicUsize::new(0),
             down: down.clone(),
+            generation: generation.clone(),
         };
         let checkout_timeout = Duration::from_millis(config.connect_timeout_ms.max(10));
         let pool = r2d2::Pool::builder()
@@ -267,6 +292,7 @@ impl Pool {
         Pool {
             pool,
             down,
+            generation,
             checkout_timeout,
             retries: config.retries,
             backoff: Duration::from_millis(config.retry_backoff_ms),
@@ -299,7 +325,13 @@ impl Pool {
         let mut conn = self.checkout()?;
         let peer = conn.peer;
         let result = f(&mut conn.client);
-        result.map_err(|e| classify(e, peer, &mut conn.broken))
+        result.map_err(|e| {
+            let e = classify(e, peer, &mut conn.broken);
+            if conn.broken {
+                self.generation.fetch_add(1, Ordering::SeqCst);
+            }
+            e
+        })
     }
 
     /// Runs `f` on a pooled connection. `Retry::Idempotent` calls are retried
