@@ -21,6 +21,8 @@ pub struct TestBackend {
     pub settings: Settings,
     /// Whether concurrent AddIfAbsent calls are atomic (embedded: yes).
     pub atomic_add_if_absent: bool,
+    /// The in-process HBase emulator the settings point at (HBase only).
+    pub emulator: Option<Arc<hbase_emulator::EmulatorHandle>>,
     _dir: Arc<tempfile::TempDir>,
 }
 
@@ -37,8 +39,42 @@ impl TestBackend {
             name: "embedded",
             settings,
             atomic_add_if_absent: true,
+            emulator: None,
             _dir: dir,
         }
+    }
+
+    /// The HBase store against a fresh in-process emulator on an ephemeral
+    /// port, with short timeouts so fault tests run fast.
+    pub fn hbase() -> TestBackend {
+        Self::hbase_on(hbase_emulator::Emulator::start("127.0.0.1:0").expect("starting the HBase emulator"))
+    }
+
+    /// The HBase store against a given emulator (e.g. one with a manual clock).
+    pub fn hbase_on(emulator: hbase_emulator::EmulatorHandle) -> TestBackend {
+        let mut settings = Settings::default();
+        settings.storage.backend = solus::config::Backend::Hbase;
+        settings.server.health_check_interval_ms = 200;
+        // Many servers share this process: none serves /metrics.
+        settings.metrics.listen = String::new();
+        let h = &mut settings.storage.hbase;
+        h.addresses = vec![emulator.addr().to_string()];
+        h.connect_timeout_ms = 500;
+        h.read_timeout_ms = 2_000;
+        h.write_timeout_ms = 2_000;
+        h.retry_backoff_ms = 20;
+        TestBackend {
+            name: "hbase",
+            settings,
+            atomic_add_if_absent: false,
+            emulator: Some(Arc::new(emulator)),
+            _dir: Arc::new(tempfile::tempdir().expect("temp dir")),
+        }
+    }
+
+    /// The emulator of an HBase backend; panics for other backends.
+    pub fn emulator(&self) -> &hbase_emulator::EmulatorHandle {
+        self.emulator.as_deref().expect("an HBase test backend")
     }
 
     pub fn data_path(&self) -> PathBuf {

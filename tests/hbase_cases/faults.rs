@@ -1,0 +1,239 @@
+//! HBase failing under the service: down at start-up, stopped and restarted
+//! under load, slower than the client's deadline or the socket timeout,
+//! dropped connections, injected IOErrors, missing tables. The server never
+//! crashes, answers UNAVAILABLE or DEADLINE_EXCEEDED, recovers by itself
+//! and loses no acknowledged add.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use hbase_thrift::hbase::THbaseSyncClient;
+use solus::api::pb;
+use tonic::Code;
+use tonic_health::pb::health_check_response::ServingStatus;
+
+use super::{raw_client, wait_health};
+use crate::common::*;
+
+const SOON: Duration = Duration::from_secs(10);
+
+fn check_req(items: &[String]) -> pb::CheckAbsenceRequest {
+    pb::CheckAbsenceRequest {
+        client_id: "c".into(),
+        deduper: "d".into(),
+        entities: ents(items),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hbase_down_at_start_up_then_up() {
+    let b = TestBackend::hbase();
+    b.emulator().stop();
+    let s = TestServer::start(&b).await;
+    wait_health(&s, ServingStatus::NotServing, SOON).await;
+    let err = s
+        .admin()
+        .create_deduper(create_np("c", "d", 1000, 0.01, 60))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert!(err.message().contains("HBase"), "{}", err.message());
+
+    b.emulator().restart().unwrap();
+    wait_health(&s, ServingStatus::Serving, SOON).await;
+    s.admin()
+        .create_deduper(create_np("c", "d", 1000, 0.01, 60))
+        .await
+        .unwrap();
+    add(&s, "c", "d", &["a"], 0).await;
+    assert_eq!(absent(&s, "c", "d", &["a", "b"]).await, [false, true]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_and_restart_under_load_loses_no_acknowledged_add() {
+    let b = TestBackend::hbase();
+    let s = TestServer::start(&b).await;
+    s.admin()
+        .create_deduper(create_np("c", "d", 1_000_000, 0.01, 3600))
+        .await
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let loader = {
+        let (stop, mut data) = (stop.clone(), s.data());
+        tokio::spawn(async move {
+            let (mut acked, mut codes) = (Vec::new(), Vec::new());
+            for i in 0.. {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                let items: Vec<String> = (0..20).map(|j| format!("load-{i}-{j}")).collect();
+                let mut req = tonic::Request::new(pb::AddRequest {
+                    client_id: "c".into(),
+                    deduper: "d".into(),
+                    entities: ents(&items),
+                    ttl_ms: 0,
+                });
+                req.set_timeout(Duration::from_secs(3));
+                match data.add(req).await {
+                    Ok(_) => acked.extend(items),
+                    Err(status) => codes.push(status.code()),
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            (acked, codes)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    b.emulator().stop();
+    wait_health(&s, ServingStatus::NotServing, SOON).await;
+    // Longer than a request's retries, so some adds fail rather than wait it out.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    b.emulator().restart().unwrap();
+    wait_health(&s, ServingStatus::Serving, SOON).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::SeqCst);
+    let (acked, codes) = loader.await.unwrap();
+
+    assert!(
+        codes.contains(&Code::Unavailable),
+        "HBase was down for a while: {codes:?}"
+    );
+    assert!(
+        codes
+            .iter()
+            .all(|c| matches!(c, Code::Unavailable | Code::DeadlineExceeded)),
+        "{codes:?}"
+    );
+    assert!(acked.len() > 100, "adds before and after the outage: {}", acked.len());
+    for chunk in acked.chunks(2000) {
+        let answer = s
+            .data()
+            .check_absence(check_req(chunk))
+            .await
+            .unwrap()
+            .into_inner()
+            .absent;
+        assert!(answer.iter().all(|a| !a), "an acknowledged add was lost");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slower_than_the_deadline_then_serving_again() {
+    let b = TestBackend::hbase();
+    let s = TestServer::start(&b).await;
+    s.admin()
+        .create_deduper(create_np("c", "d", 1000, 0.01, 60))
+        .await
+        .unwrap();
+    add(&s, "c", "d", &["a"], 0).await;
+    b.emulator().set_latency(Duration::from_millis(1500));
+    let mut req = tonic::Request::new(check_req(&["a".to_string()]));
+    req.set_timeout(Duration::from_millis(300));
+    let err = s.data().check_absence(req).await.unwrap_err();
+    assert!(
+        matches!(err.code(), Code::DeadlineExceeded | Code::Unavailable),
+        "{err:?}"
+    );
+    b.emulator().set_latency(Duration::ZERO);
+    assert_eq!(absent(&s, "c", "d", &["a", "b"]).await, [false, true]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socket_read_timeout_is_unavailable() {
+    let mut b = TestBackend::hbase();
+    b.settings.storage.hbase.read_timeout_ms = 300;
+    b.settings.storage.hbase.retries = 1;
+    let s = TestServer::start(&b).await;
+    s.admin()
+        .create_deduper(create_np("c", "d", 1000, 0.01, 60))
+        .await
+        .unwrap();
+    absent(&s, "c", "d", &["a"]).await;
+    b.emulator().set_latency(Duration::from_millis(600));
+    let err = s.data().check_absence(check_req(&["a".to_string()])).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert!(err.message().contains("getRowsWithColumns"), "{}", err.message());
+    b.emulator().set_latency(Duration::ZERO);
+    wait_health(&s, ServingStatus::Serving, SOON).await;
+    assert_eq!(absent(&s, "c", "d", &["a"]).await, [true]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_connections_and_injected_errors_are_retried() {
+    let mut b = TestBackend::hbase();
+    // One health probe at start only, so it cannot eat an injected failure.
+    b.settings.server.health_check_interval_ms = 600_000;
+    let s = TestServer::start(&b).await;
+    let name = ascii_keyed_deduper();
+    s.admin()
+        .create_deduper(create_geom("c", &name, 7, 1, 100_000, 60))
+        .await
+        .unwrap();
+    let items: Vec<String> = (0..100).map(|i| format!("e{i}")).collect();
+    let refs: Vec<&str> = items.iter().map(String::as_str).collect();
+    add(&s, "c", &name, &refs, 0).await;
+    for _ in 0..5 {
+        b.emulator().drop_connections();
+        assert!(absent(&s, "c", &name, &refs).await.iter().all(|a| !a));
+        b.emulator().drop_connections();
+        add(&s, "c", &name, &refs, 0).await;
+    }
+    // Retryable IOErrors (canRetry = true) within the budget of 2 retries ...
+    b.emulator().fail_next(2);
+    assert!(absent(&s, "c", &name, &refs).await.iter().all(|a| !a));
+    // ... and beyond it.
+    b.emulator().fail_next(3);
+    let mut req = check_req(&items);
+    req.deduper = name.clone();
+    let err = s.data().check_absence(req).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert!(err.message().contains("IOError"), "{}", err.message());
+    assert!(absent(&s, "c", &name, &refs).await.iter().all(|a| !a));
+}
+
+/// A one-shard deduper of client `c` whose data and meta row keys are plain
+/// ASCII: the emulator skips the arguments of a call it fails on purpose
+/// with the `thrift` crate's `skip`, which reads strings as UTF-8 and drops
+/// the connection on a binary row key (hash prefix >= 0x80).
+fn ascii_keyed_deduper() -> String {
+    use solus::contract::layout::hash_prefix;
+    (0..)
+        .map(|i| format!("d{i}"))
+        .find(|n| {
+            hash_prefix(format!("0|c|{n}").as_bytes()) < 0x80
+                && hash_prefix(format!("deDuperConfig|c|{n}").as_bytes()) < 0x80
+        })
+        .unwrap()
+}
+
+/// With `create_tables = false` a missing data table stops start-up with
+/// its name; once the tables exist the store opens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_tables_are_named_when_creation_is_off() {
+    let mut b = TestBackend::hbase();
+    b.settings.storage.hbase.create_tables = false;
+    let settings = b.settings.clone();
+    let err = tokio::task::spawn_blocking(move || solus::server::open_store(&settings).map(drop))
+        .await
+        .unwrap()
+        .unwrap_err();
+    let msg = format!("{err:#}");
+    assert!(msg.contains("solus_deduper") && msg.contains("create_tables"), "{msg}");
+
+    let mut raw = raw_client(b.emulator().addr());
+    for table in ["solus_deduper", "solus_deduper_dc1"] {
+        raw.create_table(table.into(), vec![solus::storage::hbase::data_family()])
+            .unwrap();
+    }
+    let s = TestServer::start(&b).await;
+    wait_health(&s, ServingStatus::Serving, SOON).await;
+    // The meta table may not be created either: the first deduper says which one is missing.
+    let err = s
+        .admin()
+        .create_deduper(create_np("c", "d", 1000, 0.01, 60))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable);
+    assert!(err.message().contains("c_dedupers"), "{}", err.message());
+}

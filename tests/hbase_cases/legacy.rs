@@ -1,0 +1,93 @@
+//! Legacy `<bit>` markers written by an older service, straight through
+//! Thrift: they make an entity present, and a `<bit>#ttl` cell for the same
+//! bit takes precedence over them.
+
+use std::collections::BTreeMap;
+
+use hbase_thrift::hbase::{BatchMutation, Mutation, THbaseSyncClient};
+use solus::contract::{hashing, layout};
+use solus::engine::now_ms;
+
+use super::{Raw, raw_client};
+use crate::common::*;
+
+const K: u32 = 4;
+const SHARDS: u32 = 3;
+const BITS: u32 = 5000;
+
+/// (row key, bits) of `entity` in deduper c/d.
+fn cells_of(entity: &str) -> (Vec<u8>, Vec<u32>) {
+    let shard = hashing::shard_of(entity.as_bytes(), SHARDS);
+    let mut bits = vec![0u32; K as usize];
+    hashing::bit_positions(entity.as_bytes(), BITS, &mut bits);
+    (layout::data_row_key(shard, "c", "d"), bits)
+}
+
+fn put(raw: &mut Raw, row: Vec<u8>, cells: Vec<(String, Vec<u8>)>) {
+    let mutations: Vec<_> = cells
+        .into_iter()
+        .map(|(q, v)| Mutation::new(false, format!("S:{q}").into_bytes(), v, true))
+        .collect();
+    raw.mutate_rows(
+        "solus_deduper".into(),
+        vec![BatchMutation::new(row, mutations)],
+        BTreeMap::new(),
+    )
+    .unwrap();
+}
+
+fn legacy_markers(entity: &str, value: bool) -> (Vec<u8>, Vec<(String, Vec<u8>)>) {
+    let (row, bits) = cells_of(entity);
+    let cells = bits
+        .iter()
+        .map(|&b| (layout::legacy_qualifier(b), layout::encode_legacy(value).to_vec()))
+        .collect();
+    (row, cells)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_markers_count_and_ttl_cells_override_them() {
+    let b = TestBackend::hbase();
+    let s = TestServer::start(&b).await;
+    s.admin()
+        .create_deduper(create_geom("c", "d", K, SHARDS, BITS, 3600))
+        .await
+        .unwrap();
+    let mut raw = raw_client(b.emulator().addr());
+
+    // All k legacy markers true: present, for CheckAbsence and AddIfAbsent.
+    let (row, cells) = legacy_markers("old-entity", true);
+    put(&mut raw, row, cells);
+    assert_eq!(absent(&s, "c", "d", &["old-entity", "new-entity"]).await, [false, true]);
+    assert_eq!(add_if_absent(&s, "c", "d", &["old-entity"], 0).await, [false]);
+
+    // A marker reading false does not count.
+    let (row, mut cells) = legacy_markers("half-entity", true);
+    cells[0].1 = layout::encode_legacy(false).to_vec();
+    put(&mut raw, row, cells);
+    assert_eq!(absent(&s, "c", "d", &["half-entity"]).await, [true]);
+
+    // Legacy true everywhere, but an expired #ttl cell for one bit: the #ttl
+    // cell decides that bit, so the entity is absent.
+    let (row, cells) = legacy_markers("overridden", true);
+    put(&mut raw, row.clone(), cells);
+    assert_eq!(absent(&s, "c", "d", &["overridden"]).await, [false]);
+    let (_, bits) = cells_of("overridden");
+    let expired = layout::encode_expire_ms(now_ms() - 1_000).to_vec();
+    put(&mut raw, row.clone(), vec![(layout::ttl_qualifier(bits[0]), expired)]);
+    assert_eq!(absent(&s, "c", "d", &["overridden"]).await, [true]);
+    // ... and a live #ttl cell over a legacy false marker sets the bit.
+    let (_, mut cells) = legacy_markers("revived", true);
+    let (revived_row, revived_bits) = cells_of("revived");
+    cells[0].1 = layout::encode_legacy(false).to_vec();
+    cells.push((
+        layout::ttl_qualifier(revived_bits[0]),
+        layout::encode_expire_ms(now_ms() + 60_000).to_vec(),
+    ));
+    put(&mut raw, revived_row, cells);
+    assert_eq!(absent(&s, "c", "d", &["revived"]).await, [false]);
+
+    // Adding through the service writes #ttl cells next to the markers.
+    assert_eq!(add_if_absent(&s, "c", "d", &["overridden"], 0).await, [true]);
+    assert_eq!(absent(&s, "c", "d", &["overridden"]).await, [false]);
+}
