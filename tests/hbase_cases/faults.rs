@@ -207,6 +207,30 @@ fn ascii_keyed_deduper() -> String {
         .unwrap()
 }
 
+/// HBase closes connections idle for `hbase.thrift.server.socket.read.timeout`;
+/// the pool notices on checkout and the requests never see it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_closed_by_the_server_are_replaced() {
+    let emulator = hbase_emulator::Emulator::builder()
+        .idle_timeout(Some(Duration::from_millis(100)))
+        .start("127.0.0.1:0")
+        .unwrap();
+    let mut b = TestBackend::hbase_on(emulator);
+    b.settings.server.health_check_interval_ms = 600_000;
+    b.settings.storage.hbase.retries = 0;
+    let s = TestServer::start(&b).await;
+    s.admin()
+        .create_deduper(create_np("c", "d", 1000, 0.01, 60))
+        .await
+        .unwrap();
+    for i in 0..5 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let item = format!("e{i}");
+        add(&s, "c", "d", &[item.as_str()], 0).await;
+        assert_eq!(absent(&s, "c", "d", &[item.as_str()]).await, [false]);
+    }
+}
+
 /// With `create_tables = false` a missing data table stops start-up with
 /// its name; once the tables exist the store opens.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
