@@ -132,3 +132,41 @@ impl HbaseConfig {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(toml: &str) -> HbaseConfig {
+        config::Config::builder()
+            .add_source(config::File::from_str(toml, config::FileFormat::Toml))
+            .build()
+            .unwrap()
+            .try_deserialize()
+            .unwrap()
+    }
+
+    #[test]
+    fn addresses_from_a_list_or_a_comma_separated_string() {
+        assert_eq!(parse("addresses = [\"a:1\", \"b:2\"]").addresses, ["a:1", "b:2"]);
+        // What an environment variable gives.
+        assert_eq!(parse("addresses = \"a:1, b:2\"").addresses, ["a:1", "b:2"]);
+        let c = parse("transport = \"framed\"\nprotocol = \"compact\"");
+        assert_eq!((c.transport, c.protocol), (Transport::Framed, Protocol::Compact));
+        assert_eq!(c.addresses, ["127.0.0.1:9090"]);
+    }
+
+    #[test]
+    fn nonsense_is_refused_with_the_key() {
+        assert!(HbaseConfig::default().validate().is_ok());
+        let bad = |f: fn(&mut HbaseConfig)| {
+            let mut c = HbaseConfig::default();
+            f(&mut c);
+            c.validate().unwrap_err()
+        };
+        assert!(bad(|c| c.addresses.clear()).contains("addresses"));
+        assert!(bad(|c| c.pool_size = 0).contains("pool_size"));
+        assert!(bad(|c| c.read_timeout_ms = 0).contains("timeouts"));
+        assert!(bad(|c| c.max_request_bytes = 100).contains("max_request_bytes"));
+    }
+}
