@@ -514,3 +514,40 @@ async fn plaintext_on_a_non_loopback_address_warns() {
     assert!(local.wait_exit(Duration::from_secs(20)).await.expect("exit").success());
     assert!(!local.stderr().contains(warning), "stderr:\n{}", local.stderr());
 }
+
+#[tokio::test]
+async fn unreadable_or_mismatched_tls_files_stop_the_start() {
+    let (backend, dir, pki) = (TestBackend::embedded(), tempfile::tempdir().unwrap(), make_pki());
+    let serve = |settings: Settings| async move {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        solus::server::serve(settings, listener, async {})
+            .await
+            .unwrap_err()
+            .to_string()
+    };
+    let mut missing = tls_settings(&backend, dir.path(), &pki, false);
+    missing.server.tls.cert_file = Some(dir.path().join("nope.crt"));
+    let e = serve(missing).await;
+    assert!(e.contains("server.tls.cert_file") && e.contains("nope.crt"), "{e}");
+
+    // A key that is not the certificate's.
+    let other = make_pki();
+    let mismatched = tls_settings(&backend, dir.path(), &pki, false);
+    std::fs::write(mismatched.server.tls.key_file.as_ref().unwrap(), &other.server_key).unwrap();
+    let e = serve(mismatched).await;
+    assert!(e.contains("server.tls"), "{e}");
+}
+
+#[tokio::test]
+async fn a_busy_metrics_port_stops_the_start() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let backend = TestBackend::embedded();
+    let mut settings = backend.settings.clone();
+    settings.metrics.listen = taken.local_addr().unwrap().to_string();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let e = solus::server::serve(settings, listener, async {})
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("metrics.listen"), "{e}");
+}
