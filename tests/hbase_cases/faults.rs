@@ -127,9 +127,10 @@ async fn slower_than_the_deadline_then_serving_again() {
         .await
         .unwrap();
     add(&s, "c", "d", &["a"], 0).await;
-    b.emulator().set_latency(Duration::from_millis(1500));
+    b.emulator().set_latency(Duration::from_millis(2500));
     let mut req = tonic::Request::new(check_req(&["a".to_string()]));
-    req.set_timeout(Duration::from_millis(300));
+    // 1 s: the server answers 20 ms before the deadline, time enough on a busy machine.
+    req.set_timeout(Duration::from_millis(1000));
     let err = s.data().check_absence(req).await.unwrap_err();
     assert!(
         matches!(err.code(), Code::DeadlineExceeded | Code::Unavailable),

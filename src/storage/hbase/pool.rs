@@ -304,10 +304,13 @@ impl Pool {
         if let Some(c) = self.pool.try_get() {
             return Ok(c);
         }
-        // No idle connection. While HBase refuses connections, say so at once
-        // rather than waiting the whole checkout timeout; r2d2 keeps retrying
-        // in the background and clears the mark on the first success.
-        if let Some(e) = self.down.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+        // No idle connection. With none open at all and the last connect
+        // failed, HBase is unreachable: say so at once rather than waiting
+        // the whole checkout timeout (r2d2 keeps reconnecting in the
+        // background and clears the mark on the first success). With some
+        // open, they are busy: wait for one.
+        let down = self.down.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(e) = down.filter(|_| self.pool.state().connections == 0) {
             return Err(HbaseError::Connection(format!(
                 "cannot connect to the HBase Thrift server ({e})"
             )));

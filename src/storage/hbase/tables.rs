@@ -33,7 +33,8 @@ fn family(name: &str, compression: &str, bloom: &str, in_memory: bool) -> Column
 }
 
 /// Data family `S`: one version (the highest timestamp = the latest expiry),
-/// GZ, and a row+column bloom filter since reads ask for single columns.
+/// GZ, and a row+column bloom filter: reads ask for explicit columns, most
+/// of them absent, and the bloom answers those without reading blocks.
 pub fn data_family() -> ColumnDescriptor {
     family(layout::DATA_FAMILY, "GZ", "ROWCOL", false)
 }
@@ -124,14 +125,15 @@ impl Tables {
             )));
         }
         match pool.call(Retry::Once, |c| c.create_table(table.into(), vec![descriptor()])) {
-            // Another replica created it first: just as good.
-            Ok(()) | Err(HbaseError::AlreadyExists(_)) => {
+            Ok(()) => {
                 tracing::info!(
                     table,
                     "created HBase table (one region; see deploy/hbase for pre-split tables)"
                 );
                 Ok(())
             }
+            // Another replica created it first: just as good.
+            Err(HbaseError::AlreadyExists(_)) => Ok(()),
             Err(e) => Err(e.into_storage(&format!("createTable {table}"))),
         }
     }
