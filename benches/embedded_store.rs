@@ -24,10 +24,17 @@ struct Fixture {
 
 fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let config = EmbeddedConfig { path: dir.path().join("data"), ..Default::default() };
+    let config = EmbeddedConfig {
+        path: dir.path().join("data"),
+        ..Default::default()
+    };
     let store = Arc::new(EmbeddedStore::open(config).unwrap());
     let engine = Engine::new(store, Limits::default());
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(engine.create_deduper(CreateSpec {
         client_id: "bench".into(),
         name: "d".into(),
@@ -48,10 +55,12 @@ fn batch(round: usize) -> Vec<Vec<u8>> {
 fn add(b: Bencher) {
     let f = fixture();
     let mut round = 0;
-    b.counter(ItemsCount::new(BATCH)).with_inputs(|| {
-        round += 1;
-        batch(round)
-    }).bench_local_values(|entities| f.rt.block_on(f.engine.add("bench", "d", entities, 0)).unwrap());
+    b.counter(ItemsCount::new(BATCH))
+        .with_inputs(|| {
+            round += 1;
+            batch(round)
+        })
+        .bench_local_values(|entities| f.rt.block_on(f.engine.add("bench", "d", entities, 0)).unwrap());
 }
 
 #[divan::bench(sample_count = 30, sample_size = 3)]
@@ -61,18 +70,25 @@ fn check_absence(b: Bencher) {
         f.rt.block_on(f.engine.add("bench", "d", batch(round), 0)).unwrap();
     }
     let mut round = 0;
-    b.counter(ItemsCount::new(BATCH)).with_inputs(|| {
-        round = (round + 1) % 200; // half present, half absent
-        batch(round)
-    }).bench_local_values(|entities| f.rt.block_on(f.engine.check_absence("bench", "d", entities)).unwrap());
+    b.counter(ItemsCount::new(BATCH))
+        .with_inputs(|| {
+            round = (round + 1) % 200; // half present, half absent
+            batch(round)
+        })
+        .bench_local_values(|entities| f.rt.block_on(f.engine.check_absence("bench", "d", entities)).unwrap());
 }
 
 #[divan::bench(sample_count = 30, sample_size = 3)]
 fn add_if_absent(b: Bencher) {
     let f = fixture();
     let mut round = 0;
-    b.counter(ItemsCount::new(BATCH)).with_inputs(|| {
-        round += 1;
-        batch(round / 2) // every batch twice: first absent, then present
-    }).bench_local_values(|entities| f.rt.block_on(f.engine.add_if_absent("bench", "d", entities, 0)).unwrap());
+    b.counter(ItemsCount::new(BATCH))
+        .with_inputs(|| {
+            round += 1;
+            batch(round / 2) // every batch twice: first absent, then present
+        })
+        .bench_local_values(|entities| {
+            f.rt.block_on(f.engine.add_if_absent("bench", "d", entities, 0))
+                .unwrap()
+        });
 }

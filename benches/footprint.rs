@@ -19,7 +19,9 @@ fn dir_size(path: &std::path::Path) -> u64 {
                 .map(|e| match e.file_type() {
                     Ok(t) if t.is_dir() => dir_size(&e.path()),
                     // Allocated blocks, not apparent length: fjall preallocates journal files.
-                    _ => e.metadata().map_or(0, |m| std::os::unix::fs::MetadataExt::blocks(&m) * 512),
+                    _ => e
+                        .metadata()
+                        .map_or(0, |m| std::os::unix::fs::MetadataExt::blocks(&m) * 512),
                 })
                 .sum()
         })
@@ -30,13 +32,26 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return; // `cargo bench -- --list` probes every bench binary
     }
-    let n: u64 = std::env::var("FOOTPRINT_N").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
+    let n: u64 = std::env::var("FOOTPRINT_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
     let p = 0.01;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("data");
-    let store = Arc::new(EmbeddedStore::open(EmbeddedConfig { path: path.clone(), ..Default::default() }).unwrap());
+    let store = Arc::new(
+        EmbeddedStore::open(EmbeddedConfig {
+            path: path.clone(),
+            ..Default::default()
+        })
+        .unwrap(),
+    );
     let engine = Engine::new(store.clone(), Limits::default());
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     let d = rt
         .block_on(engine.create_deduper(CreateSpec {
             client_id: "bench".into(),
@@ -50,7 +65,11 @@ fn main() {
     let batches: Vec<Vec<Vec<u8>>> = (0..n)
         .collect::<Vec<_>>()
         .chunks(1000)
-        .map(|c| c.iter().map(|i| format!("pkg-{i:x}/event-{}", i * 7919).into_bytes()).collect())
+        .map(|c| {
+            c.iter()
+                .map(|i| format!("pkg-{i:x}/event-{}", i * 7919).into_bytes())
+                .collect()
+        })
         .collect();
 
     let start = Instant::now();
@@ -70,10 +89,25 @@ fn main() {
     let pages = store.pages_disk_space();
     let bits = d.geometry.total_bits();
     let memory = bits.div_ceil(u64::from(PAGE_BITS)) * u64::from(PAGE_BITS) * 4;
-    println!("deduper: n = {n}, p = {p}, k = {}, m = {bits} bits in {} shards", d.geometry.hash_functions, d.geometry.shards);
-    println!("add:            {:>10.0} entities/s (batches of 1000, one client thread, no gRPC)", n as f64 / add_secs);
+    println!(
+        "deduper: n = {n}, p = {p}, k = {}, m = {bits} bits in {} shards",
+        d.geometry.hash_functions, d.geometry.shards
+    );
+    println!(
+        "add:            {:>10.0} entities/s (batches of 1000, one client thread, no gRPC)",
+        n as f64 / add_secs
+    );
     println!("check_absence:  {:>10.0} entities/s", n as f64 / check_secs);
-    println!("disk (allocated) after compaction: {disk} bytes = {:.1} bytes per entity", disk as f64 / n as f64);
-    println!("  of which stamp pages: {pages} bytes = {:.1} bytes per entity (the rest: journal preallocation, metadata)", pages as f64 / n as f64);
-    println!("memory (stamp pages):  {memory} bytes = {:.1} bytes per entity", memory as f64 / n as f64);
+    println!(
+        "disk (allocated) after compaction: {disk} bytes = {:.1} bytes per entity",
+        disk as f64 / n as f64
+    );
+    println!(
+        "  of which stamp pages: {pages} bytes = {:.1} bytes per entity (the rest: journal preallocation, metadata)",
+        pages as f64 / n as f64
+    );
+    println!(
+        "memory (stamp pages):  {memory} bytes = {:.1} bytes per entity",
+        memory as f64 / n as f64
+    );
 }

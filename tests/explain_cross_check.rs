@@ -30,8 +30,10 @@ fn reference(entity: &[u8], shards: u32, k: usize, bps: u32, client: &str, dedup
         hc = hc.wrapping_mul(31).wrapping_add(b as i8 as i32);
     }
     let prefix = (hc.wrapping_abs() % 256) as u8;
-    let row_key_hex: String =
-        std::iter::once(prefix).chain(key.bytes()).map(|b| format!("{b:02x}")).collect();
+    let row_key_hex: String = std::iter::once(prefix)
+        .chain(key.bytes())
+        .map(|b| format!("{b:02x}"))
+        .collect();
     let qualifiers: Vec<String> = bits.iter().map(|b| format!("{b}#ttl")).collect();
     serde_json::json!({ "shard": shard, "row_key_hex": row_key_hex, "bits": bits, "qualifiers": qualifiers })
 }
@@ -43,7 +45,10 @@ fn fastmurmur3_agrees_with_the_shared_vectors() {
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     for case in v["cases"].as_array().unwrap() {
         let hex = case["entity_hex"].as_str().unwrap();
-        let entity: Vec<u8> = (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
+        let entity: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect();
         let got = reference(
             &entity,
             case["shards"].as_u64().unwrap() as u32,
@@ -63,9 +68,17 @@ fn explain_matches_the_independent_implementation_on_random_cases() {
     let mut rng = StdRng::seed_from_u64(20261130);
     let clients = ["client-a", "c", "tenant_42", "x.y-z"];
     for i in 0..300 {
-        let len = if i % 10 == 0 { rng.random_range(0..2000) } else { rng.random_range(0..64) };
+        let len = if i % 10 == 0 {
+            rng.random_range(0..2000)
+        } else {
+            rng.random_range(0..64)
+        };
         let entity: Vec<u8> = (0..len).map(|_| rng.random()).collect();
-        let shards = if i % 3 == 0 { rng.random_range(1..=65_536) } else { rng.random_range(1..=100) };
+        let shards = if i % 3 == 0 {
+            rng.random_range(1..=65_536)
+        } else {
+            rng.random_range(1..=100)
+        };
         let k = rng.random_range(1..=64usize);
         let bps = match i % 4 {
             0 => i32::MAX as u32,
@@ -78,11 +91,30 @@ fn explain_matches_the_independent_implementation_on_random_cases() {
 
         let hex: String = entity.iter().map(|b| format!("{b:02x}")).collect();
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_solus"));
-        cmd.args(["explain", "--hex", "--shards", &shards.to_string(), "--hash-functions", &k.to_string()])
-            .args(["--bits-per-shard", &bps.to_string(), "--client", client, "--deduper", &deduper, "--", &hex]);
+        cmd.args([
+            "explain",
+            "--hex",
+            "--shards",
+            &shards.to_string(),
+            "--hash-functions",
+            &k.to_string(),
+        ])
+        .args([
+            "--bits-per-shard",
+            &bps.to_string(),
+            "--client",
+            client,
+            "--deduper",
+            &deduper,
+            "--",
+            &hex,
+        ]);
         let out = cmd.output().unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert_eq!(got, expected, "case {i}: entity {hex}, shards {shards}, k {k}, bits_per_shard {bps}");
+        assert_eq!(
+            got, expected,
+            "case {i}: entity {hex}, shards {shards}, k {k}, bits_per_shard {bps}"
+        );
     }
 }

@@ -92,8 +92,12 @@ pub(crate) async fn within_deadline<T>(
     handler: impl Future<Output = Result<T, Status>>,
 ) -> Result<T, Status> {
     let budget = grpc_timeout(metadata).map_or(server_timeout, |t| t.min(server_timeout));
-    // Leave 2% (at most 20 ms) to send the answer before tonic's own timer fires.
-    let margin = (budget / 50).min(Duration::from_millis(20));
+    // Answer before tonic's own timer fires (it would send CANCELLED): leave
+    // 10% of the budget, at least 1 ms and at most 100 ms, for a late wake-up
+    // under load and for sending the status.
+    let margin = (budget / 10)
+        .clamp(Duration::from_millis(1), Duration::from_millis(100))
+        .min(budget / 2);
     match tokio::time::timeout(budget - margin, handler).await {
         Ok(r) => r,
         Err(_) => Err(Status::deadline_exceeded(format!(

@@ -180,7 +180,7 @@ pub async fn run(a: ReplayArgs) -> anyhow::Result<()> {
             }
         }
         sent += n as u64;
-        if last_report.elapsed() >= Duration::from_secs(2) {
+        if last_report.elapsed() >= Duration::from_secs(2) || sent == a.events {
             last_report = Instant::now();
             let rate = sent as f64 / start.elapsed().as_secs_f64();
             eprintln!(

@@ -111,7 +111,10 @@ pub async fn run_compare(a: CompareArgs) -> anyhow::Result<()> {
     let data = dir.path().join("solus-data");
     let (solus_port, redis_port) = (free_port()?, free_port()?);
     let exe = std::env::current_exe().context("locating the solus binary")?;
-    eprintln!("starting solus on 127.0.0.1:{solus_port} (embedded store in {})", data.display());
+    eprintln!(
+        "starting solus on 127.0.0.1:{solus_port} (embedded store in {})",
+        data.display()
+    );
     let solus = Guard(
         Command::new(exe)
             .arg("serve")
@@ -119,29 +122,48 @@ pub async fn run_compare(a: CompareArgs) -> anyhow::Result<()> {
             .env("SOLUS__STORAGE__EMBEDDED__PATH", &data)
             .env("SOLUS__STORAGE__EMBEDDED__CHECKPOINT_INTERVAL_MS", "1000")
             .env("SOLUS__LOG__LEVEL", "warn")
+            .env("SOLUS__METRICS__LISTEN", "")
             .stdout(Stdio::null())
             .spawn()
-            .context("starting solus serve")?
+            .context("starting solus serve")?,
     );
-    eprintln!("starting {} on 127.0.0.1:{redis_port} (no persistence)", a.redis_server.display());
+    eprintln!(
+        "starting {} on 127.0.0.1:{redis_port} (no persistence)",
+        a.redis_server.display()
+    );
     let _redis = Guard(
         Command::new(&a.redis_server)
-            .args(["--port", &redis_port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args([
+                "--port",
+                &redis_port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
             .args(["--daemonize", "no", "--loglevel", "warning"])
             .stdout(Stdio::null())
             .spawn()
-            .with_context(|| format!("starting {} (install Debian's redis-server)", a.redis_server.display()))?
+            .with_context(|| format!("starting {} (install Debian's redis-server)", a.redis_server.display()))?,
     );
     let solus_addr = format!("127.0.0.1:{solus_port}");
     let redis_url = format!("redis://127.0.0.1:{redis_port}/");
     wait_for("solus", || async {
-        crate::cli::client::connect(&Target { addr: solus_addr.clone() }).await.is_ok()
+        crate::cli::client::connect(&Target {
+            addr: solus_addr.clone(),
+        })
+        .await
+        .is_ok()
     })
     .await?;
     wait_for("redis", || async { redis_used_memory(&redis_url).await.is_ok() }).await?;
 
     let args = |redis: bool, op: Op| BenchArgs {
-        target: Target { addr: solus_addr.clone() },
+        target: Target {
+            addr: solus_addr.clone(),
+        },
         redis: redis.then(|| redis_url.clone()),
         op,
         batch: a.batch,
@@ -191,7 +213,11 @@ pub async fn run_compare(a: CompareArgs) -> anyhow::Result<()> {
     let s_half = driver::run(&half).await?;
     half.redis = Some(redis_url.clone());
     let r_half = driver::run(&half).await?;
-    rows.push((format!("Check at {:.0} requests/s (half of Solus peak)", peak / 2.0), s_half, r_half));
+    rows.push((
+        format!("Check at {:.0} requests/s (half of Solus peak)", peak / 2.0),
+        s_half,
+        r_half,
+    ));
 
     let mut out = String::new();
     let _ = writeln!(
@@ -214,7 +240,10 @@ pub async fn run_compare(a: CompareArgs) -> anyhow::Result<()> {
     }
     let solus_total = solus_rss + solus_disk;
     let _ = writeln!(out);
-    let _ = writeln!(out, "| bytes per remembered entity ({entities} keys) | Solus | Redis | Solus/Redis |");
+    let _ = writeln!(
+        out,
+        "| bytes per remembered entity ({entities} keys) | Solus | Redis | Solus/Redis |"
+    );
     let _ = writeln!(out, "|---|---:|---:|---:|");
     let _ = writeln!(
         out,

@@ -46,9 +46,18 @@ pub struct Report {
 impl Report {
     pub fn print(&self) {
         println!("system        {}", self.system);
-        println!("op            {:?} (batch {}, concurrency {})", self.op, self.batch, self.concurrency);
-        println!("requests      {} in {:.1} s = {:.0} requests/s", self.requests, self.seconds, self.requests_per_second);
-        println!("entities      {} = {:.0} entities/s", self.entities, self.entities_per_second);
+        println!(
+            "op            {:?} (batch {}, concurrency {})",
+            self.op, self.batch, self.concurrency
+        );
+        println!(
+            "requests      {} in {:.1} s = {:.0} requests/s",
+            self.requests, self.seconds, self.requests_per_second
+        );
+        println!(
+            "entities      {} = {:.0} entities/s",
+            self.entities, self.entities_per_second
+        );
         println!(
             "latency       p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms",
             self.latency_p50_ms, self.latency_p99_ms, self.latency_p999_ms, self.latency_max_ms
@@ -101,7 +110,10 @@ struct WorkerResult {
 
 /// Runs the benchmark described by `args`.
 pub async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
-    anyhow::ensure!(args.batch >= 1 && args.concurrency >= 1, "--batch and --concurrency must be at least 1");
+    anyhow::ensure!(
+        args.batch >= 1 && args.concurrency >= 1,
+        "--batch and --concurrency must be at least 1"
+    );
     let keys = load_keys(args)?;
     let system = match &args.redis {
         Some(url) => System::redis(url).await?,
@@ -121,7 +133,10 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
         cursor: AtomicU64::new(0),
         stop: AtomicBool::new(false),
     });
-    let per_worker_interval = args.rate.filter(|r| *r > 0.0).map(|r| Duration::from_secs_f64(args.concurrency as f64 / r));
+    let per_worker_interval = args
+        .rate
+        .filter(|r| *r > 0.0)
+        .map(|r| Duration::from_secs_f64(args.concurrency as f64 / r));
     let deadline = (!args.sequential && args.requests.is_none()).then(|| Duration::from_secs_f64(args.duration));
     let budget = args.requests;
     let start = Instant::now();
@@ -155,7 +170,9 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
                     }
                     keys[from..(from + batch).min(keys.len())].to_vec()
                 } else {
-                    (0..batch).map(|_| keys[rng.random_range(0..keys.len())].clone()).collect()
+                    (0..batch)
+                        .map(|_| keys[rng.random_range(0..keys.len())].clone())
+                        .collect()
                 };
                 if let Some(p) = pacer.as_mut() {
                     p.tick().await;

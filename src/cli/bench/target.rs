@@ -17,7 +17,11 @@ use crate::cli::client::connect;
 /// One connection to the system under test; cloned per worker.
 #[derive(Clone)]
 pub enum System {
-    Solus { client: DeduperServiceClient<tonic::transport::Channel>, client_id: String, deduper: String },
+    Solus {
+        client: DeduperServiceClient<tonic::transport::Channel>,
+        client_id: String,
+        deduper: String,
+    },
     Redis(redis::aio::MultiplexedConnection),
 }
 
@@ -34,38 +38,71 @@ impl System {
             level: pb::Level::Global as i32,
             ..Default::default()
         };
-        match DeduperAdminServiceClient::new(channel.clone()).create_deduper(create).await {
+        match DeduperAdminServiceClient::new(channel.clone())
+            .create_deduper(create)
+            .await
+        {
             Ok(_) => {}
             Err(s) if s.code() == Code::AlreadyExists => {}
-            Err(s) => anyhow::bail!("creating deduper {client_id}/{deduper}: {:?}: {}", s.code(), s.message()),
+            Err(s) => anyhow::bail!(
+                "creating deduper {client_id}/{deduper}: {:?}: {}",
+                s.code(),
+                s.message()
+            ),
         }
-        let client =
-            DeduperServiceClient::new(channel).max_decoding_message_size(64 << 20).max_encoding_message_size(64 << 20);
-        Ok(System::Solus { client, client_id: client_id.into(), deduper: deduper.into() })
+        let client = DeduperServiceClient::new(channel)
+            .max_decoding_message_size(64 << 20)
+            .max_encoding_message_size(64 << 20);
+        Ok(System::Solus {
+            client,
+            client_id: client_id.into(),
+            deduper: deduper.into(),
+        })
     }
 
     pub async fn redis(url: &str) -> anyhow::Result<System> {
         let client = redis::Client::open(url).with_context(|| format!("bad Redis URL {url:?}"))?;
-        let conn = client.get_multiplexed_async_connection().await.with_context(|| format!("connecting to {url}"))?;
+        let conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .with_context(|| format!("connecting to {url}"))?;
         Ok(System::Redis(conn))
     }
 
     /// Sends one request of `keys`; errors carry a status-code name.
     pub async fn call(&mut self, call: Call, keys: Vec<Bytes>, ttl_ms: u64) -> Result<(), String> {
         match self {
-            System::Solus { client, client_id, deduper } => {
+            System::Solus {
+                client,
+                client_id,
+                deduper,
+            } => {
                 let (c, d) = (client_id.clone(), deduper.clone());
                 let r = match call {
                     Call::Add => client
-                        .add(pb::AddRequest { client_id: c, deduper: d, entities: keys, ttl_ms })
+                        .add(pb::AddRequest {
+                            client_id: c,
+                            deduper: d,
+                            entities: keys,
+                            ttl_ms,
+                        })
                         .await
                         .map(drop),
                     Call::Check => client
-                        .check_absence(pb::CheckAbsenceRequest { client_id: c, deduper: d, entities: keys })
+                        .check_absence(pb::CheckAbsenceRequest {
+                            client_id: c,
+                            deduper: d,
+                            entities: keys,
+                        })
                         .await
                         .map(drop),
                     Call::AddIfAbsent => client
-                        .add_if_absent(pb::AddIfAbsentRequest { client_id: c, deduper: d, entities: keys, ttl_ms })
+                        .add_if_absent(pb::AddIfAbsentRequest {
+                            client_id: c,
+                            deduper: d,
+                            entities: keys,
+                            ttl_ms,
+                        })
                         .await
                         .map(drop),
                 };
@@ -76,9 +113,13 @@ impl System {
                 for k in &keys {
                     match call {
                         Call::Check => pipe.cmd("EXISTS").arg(&k[..]),
-                        Call::Add | Call::AddIfAbsent => {
-                            pipe.cmd("SET").arg(&k[..]).arg(1).arg("NX").arg("PX").arg(ttl_ms.max(1))
-                        }
+                        Call::Add | Call::AddIfAbsent => pipe
+                            .cmd("SET")
+                            .arg(&k[..])
+                            .arg(1)
+                            .arg("NX")
+                            .arg("PX")
+                            .arg(ttl_ms.max(1)),
                     };
                 }
                 let r: redis::RedisResult<Vec<redis::Value>> = pipe.query_async(conn).await;
