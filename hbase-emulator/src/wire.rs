@@ -98,8 +98,66 @@ impl TInputProtocol for ReplayInput<'_> {
 
 /// Skips a call's argument struct (for calls answered without the processor).
 pub(crate) fn skip_args(i_prot: &mut dyn TInputProtocol) -> thrift::Result<()> {
-    i_prot.skip(TType::Struct)?;
+    skip_binary_safe(i_prot, TType::Struct, 0)?;
     i_prot.read_message_end()
+}
+
+/// Like `TInputProtocol::skip`, but reads strings as raw bytes: thrift's own
+/// skip decodes them as UTF-8 and fails on binary row keys, which would drop
+/// the connection instead of answering.
+fn skip_binary_safe(i: &mut dyn TInputProtocol, t: TType, depth: u8) -> thrift::Result<()> {
+    if depth > 64 {
+        return Err(thrift::Error::Protocol(thrift::ProtocolError::new(
+            thrift::ProtocolErrorKind::DepthLimit,
+            "argument nesting deeper than 64",
+        )));
+    }
+    match t {
+        TType::Bool => i.read_bool().map(drop),
+        TType::I08 => i.read_i8().map(drop),
+        TType::I16 => i.read_i16().map(drop),
+        TType::I32 => i.read_i32().map(drop),
+        TType::I64 => i.read_i64().map(drop),
+        TType::Double => i.read_double().map(drop),
+        TType::String => i.read_bytes().map(drop),
+        TType::Struct => {
+            i.read_struct_begin()?;
+            loop {
+                let f = i.read_field_begin()?;
+                if f.field_type == TType::Stop {
+                    break;
+                }
+                skip_binary_safe(i, f.field_type, depth + 1)?;
+                i.read_field_end()?;
+            }
+            i.read_struct_end()
+        }
+        TType::List => {
+            let l = i.read_list_begin()?;
+            for _ in 0..l.size {
+                skip_binary_safe(i, l.element_type, depth + 1)?;
+            }
+            i.read_list_end()
+        }
+        TType::Set => {
+            let st = i.read_set_begin()?;
+            for _ in 0..st.size {
+                skip_binary_safe(i, st.element_type, depth + 1)?;
+            }
+            i.read_set_end()
+        }
+        TType::Map => {
+            let m = i.read_map_begin()?;
+            if let (Some(k), Some(v)) = (m.key_type, m.value_type) {
+                for _ in 0..m.size {
+                    skip_binary_safe(i, k, depth + 1)?;
+                    skip_binary_safe(i, v, depth + 1)?;
+                }
+            }
+            i.read_map_end()
+        }
+        other => i.skip(other),
+    }
 }
 
 /// Writes a `Reply` whose result struct holds what `fields` writes.

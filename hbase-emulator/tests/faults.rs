@@ -61,6 +61,31 @@ fn fail_next_injects_io_errors() {
 }
 
 #[test]
+fn fail_next_answers_calls_with_binary_row_keys() {
+    // Row keys are bytes, not UTF-8 (Solus prefixes a hash byte): the
+    // injected failure must still be an IOError, not a dropped connection.
+    let (emu, mut client) = start();
+    create_table(&mut client);
+    emu.fail_next(1);
+    let e = io_error(client.mutate_row(
+        TABLE.into(),
+        vec![0xF7, 0xFF, b'r'],
+        vec![put("cf:a", b"1")],
+        no_attrs(),
+    ));
+    assert!(message(&e).contains("injected"));
+    client
+        .mutate_row(
+            TABLE.into(),
+            vec![0xF7, 0xFF, b'r'],
+            vec![put("cf:a", b"1")],
+            no_attrs(),
+        )
+        .unwrap();
+    assert_eq!(emu.connection_count(), 1, "the same connection kept serving");
+}
+
+#[test]
 fn drop_connections_cuts_clients_but_keeps_serving() {
     let (emu, mut client) = start();
     create_table(&mut client);
