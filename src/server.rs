@@ -76,13 +76,11 @@ pub fn authenticator(settings: &Settings) -> anyhow::Result<Authenticator> {
     }
 }
 
-/// Re-reads the tokens file on every SIGHUP; a refused file keeps the old tokens.
+/// Re-reads the tokens file on every SIGHUP; a refused file keeps the old
+/// tokens. With auth off SIGHUP is only logged (it never stops the server).
 #[cfg(unix)]
 fn reload_tokens_on_sighup(auth: Arc<Authenticator>) -> Option<tokio::task::JoinHandle<()>> {
     use tokio::signal::unix::{SignalKind, signal};
-    if !auth.enabled() {
-        return None;
-    }
     let mut hup = match signal(SignalKind::hangup()) {
         Ok(s) => s,
         Err(e) => {
@@ -92,6 +90,10 @@ fn reload_tokens_on_sighup(auth: Arc<Authenticator>) -> Option<tokio::task::Join
     };
     Some(tokio::spawn(async move {
         while hup.recv().await.is_some() {
+            if !auth.enabled() {
+                tracing::info!("SIGHUP: auth is off, nothing to re-read");
+                continue;
+            }
             match auth.reload() {
                 Ok(n) => tracing::info!(tokens = n, "SIGHUP: tokens file re-read"),
                 Err(e) => tracing::error!(error = %e, "SIGHUP: tokens file refused; keeping the previous tokens"),

@@ -496,7 +496,7 @@ async fn sighup_rereads_the_tokens_file_and_keeps_it_on_errors() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn plaintext_on_a_non_loopback_address_warns() {
+async fn plaintext_on_a_non_loopback_address_warns_and_sighup_without_auth_is_harmless() {
     let warning = "plaintext gRPC on a non-loopback address";
     let mut exposed = SolusProcess::start_on("0.0.0.0", &[("SOLUS__METRICS__LISTEN", String::new())]).await;
     exposed.signal("TERM");
@@ -510,6 +510,16 @@ async fn plaintext_on_a_non_loopback_address_warns() {
     assert!(exposed.stderr().contains(warning), "stderr:\n{}", exposed.stderr());
 
     let mut local = SolusProcess::start(&[("SOLUS__METRICS__LISTEN", String::new())]).await;
+    // SIGHUP without auth is logged, and does not stop the server.
+    local.signal("HUP");
+    for _ in 0..100 {
+        if local.stderr().contains("SIGHUP") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(local.stderr().contains("nothing to re-read"), "{}", local.stderr());
+    local.channel().await;
     local.signal("TERM");
     assert!(local.wait_exit(Duration::from_secs(20)).await.expect("exit").success());
     assert!(!local.stderr().contains(warning), "stderr:\n{}", local.stderr());
