@@ -13,7 +13,7 @@ fn repo(path: &str) -> PathBuf {
 /// The `solus.toml: |` block of a ConfigMap, de-indented.
 fn configmap_toml(path: &Path) -> String {
     let yaml = std::fs::read_to_string(path).unwrap();
-    let mut lines = yaml.lines().skip_while(|l| l.trim() != "solus.toml: |").skip(1);
+    let lines = yaml.lines().skip_while(|l| l.trim() != "solus.toml: |").skip(1);
     let first = lines
         .clone()
         .find(|l| !l.trim().is_empty())
