@@ -45,8 +45,24 @@ async fn serve(config: Option<std::path::PathBuf>) -> anyhow::Result<()> {
     solus::server::serve(settings, listener, shutdown_signal()).await
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    // Storage calls run on the blocking pool; tokio's default of 512 threads
+    // lets a burst of slow calls (e.g. HBase timing out) pile up threads and
+    // memory. 64 keep both cores busy; more calls wait their turn.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .max_blocking_threads(64)
+        .build();
+    match runtime {
+        Ok(rt) => rt.block_on(run()),
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve { config } => serve(config).await,

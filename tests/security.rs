@@ -561,3 +561,83 @@ async fn a_busy_metrics_port_stops_the_start() {
         .to_string();
     assert!(e.contains("metrics.listen"), "{e}");
 }
+
+/// The operator CLI reaches a server with mutual TLS and tokens on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_speaks_tls_and_tokens() {
+    let (backend, dir, pki) = (TestBackend::embedded(), tempfile::tempdir().unwrap(), make_pki());
+    let tokens = dir.path().join("tokens");
+    write_tokens(&tokens, &[(TOKEN_A, "client-a")]);
+    let mut settings = tls_settings(&backend, dir.path(), &pki, true);
+    settings.auth.enabled = true;
+    settings.auth.tokens_file = Some(tokens);
+    let server = RawServer::start(settings).await;
+    let write = |name: &str, pem: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, pem).unwrap();
+        p.display().to_string()
+    };
+    let (ca, cert, key) = (
+        write("cli-ca.crt", &pki.ca),
+        write("cli.crt", &pki.client_cert),
+        write("cli.key", &pki.client_key),
+    );
+    let addr = format!("127.0.0.1:{}", server.port);
+    let cli = |args: &[&str], token: Option<&str>| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_solus"));
+        cmd.args(args)
+            .args(["--addr", &addr, "--ca-cert", &ca, "--tls-domain", "localhost"])
+            .args(["--client-cert", &cert, "--client-key", &key])
+            .env_remove("SOLUS_TOKEN");
+        if let Some(t) = token {
+            cmd.args(["--token", t]);
+        }
+        cmd.output().unwrap()
+    };
+    // Wait for the server, then create, add and check through the CLI.
+    let mut created = None;
+    for _ in 0..100 {
+        let out = cli(
+            &[
+                "deduper", "create", "--client", "client-a", "--name", "d", "-n", "1000", "-p", "0.01",
+            ],
+            Some(TOKEN_A),
+        );
+        if out.status.success() {
+            created = Some(out);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let created = created.unwrap_or_else(|| {
+        let last = cli(
+            &[
+                "deduper", "create", "--client", "client-a", "--name", "d", "-n", "1000", "-p", "0.01",
+            ],
+            Some(TOKEN_A),
+        );
+        panic!(
+            "deduper create over mutual TLS with a token: {}",
+            String::from_utf8_lossy(&last.stderr)
+        )
+    });
+    assert!(String::from_utf8_lossy(&created.stdout).contains("\"name\":\"d\""));
+    assert!(
+        cli(&["add", "--client", "client-a", "--deduper", "d", "e1"], Some(TOKEN_A))
+            .status
+            .success()
+    );
+    let check = cli(
+        &["check", "--client", "client-a", "--deduper", "d", "e1", "e2"],
+        Some(TOKEN_A),
+    );
+    assert_eq!(String::from_utf8_lossy(&check.stdout), "present e1\nabsent e2\n");
+    // No token: refused with the status named.
+    let refused = cli(&["check", "--client", "client-a", "--deduper", "d", "e1"], None);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("Unauthenticated"),
+        "{refused:?}"
+    );
+    server.stop().await;
+}

@@ -39,6 +39,7 @@ pub fn status_of(e: EngineError) -> Status {
         EngineError::Storage(StorageError::Unavailable(_)) => Code::Unavailable,
         EngineError::Storage(StorageError::AlreadyExists) => Code::AlreadyExists,
         EngineError::Storage(StorageError::Corrupt(_)) => Code::Internal,
+        EngineError::Storage(StorageError::Capacity(_)) => Code::ResourceExhausted,
     };
     Status::new(code, e.to_string())
 }

@@ -4,7 +4,10 @@ use std::io::BufRead;
 
 use anyhow::Context;
 use clap::Args;
-use tonic::transport::Channel;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
 use super::{DataArgs, DeduperCommand, LevelArg, Target, decode_hex, endpoint_url};
 use crate::api::pb;
@@ -39,14 +42,52 @@ pub struct CreateArgs {
     pub level: LevelArg,
 }
 
-/// Connects to the server named by `target`.
-pub async fn connect(target: &Target) -> anyhow::Result<Channel> {
-    let url = endpoint_url(&target.addr);
-    Channel::from_shared(url.clone())
-        .with_context(|| format!("bad server address {url:?}"))?
+/// A connection that adds the target's bearer token to every call.
+pub type Conn = InterceptedService<Channel, BearerToken>;
+
+/// Adds `authorization: Bearer <token>` when a token is configured.
+#[derive(Clone)]
+pub struct BearerToken(Option<MetadataValue<Ascii>>);
+
+impl Interceptor for BearerToken {
+    fn call(&mut self, mut request: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(t) = &self.0 {
+            request.metadata_mut().insert("authorization", t.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// Connects to the server named by `target` (TLS when `--ca-cert` is given).
+pub async fn connect(target: &Target) -> anyhow::Result<Conn> {
+    let tls = target.ca_cert.is_some();
+    let url = endpoint_url(&target.addr, tls);
+    let mut endpoint = Channel::from_shared(url.clone()).with_context(|| format!("bad server address {url:?}"))?;
+    if let Some(ca) = &target.ca_cert {
+        let pem = std::fs::read(ca).with_context(|| format!("reading --ca-cert {}", ca.display()))?;
+        let mut config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem));
+        if let Some(domain) = &target.tls_domain {
+            config = config.domain_name(domain.clone());
+        }
+        if let (Some(cert), Some(key)) = (&target.client_cert, &target.client_key) {
+            let read = |p: &std::path::PathBuf| std::fs::read(p).with_context(|| format!("reading {}", p.display()));
+            config = config.identity(Identity::from_pem(read(cert)?, read(key)?));
+        }
+        endpoint = endpoint.tls_config(config).context("TLS settings")?;
+    }
+    let channel = endpoint
         .connect()
         .await
-        .with_context(|| format!("connecting to {url}"))
+        .with_context(|| format!("connecting to {url}"))?;
+    let token = match &target.token {
+        Some(t) => Some(
+            format!("Bearer {t}")
+                .parse()
+                .context("the token must be printable ASCII")?,
+        ),
+        None => None,
+    };
+    Ok(InterceptedService::new(channel, BearerToken(token)))
 }
 
 fn print_deduper(d: &pb::Deduper) {

@@ -46,12 +46,41 @@ pub enum Command {
     Compare(bench::CompareArgs),
 }
 
-/// Where the server is.
+/// Where the server is, and how to reach it.
 #[derive(Debug, Args, Clone)]
 pub struct Target {
     /// Server address, `host:port` or `http://host:port`.
     #[arg(long, default_value = "127.0.0.1:50051", env = "SOLUS_ADDR")]
     pub addr: String,
+    /// Bearer token sent as `authorization: Bearer <token>` (servers with auth.enabled).
+    #[arg(long, env = "SOLUS_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// CA certificate (PEM) to verify the server with; switches to TLS.
+    #[arg(long, env = "SOLUS_CA_CERT")]
+    pub ca_cert: Option<PathBuf>,
+    /// Client certificate (PEM), for servers that require one; needs --client-key.
+    #[arg(long, env = "SOLUS_CLIENT_CERT", requires = "client_key")]
+    pub client_cert: Option<PathBuf>,
+    /// Private key (PEM) of --client-cert.
+    #[arg(long, env = "SOLUS_CLIENT_KEY", requires = "client_cert")]
+    pub client_key: Option<PathBuf>,
+    /// Server name to verify in its certificate (default: the host of --addr).
+    #[arg(long)]
+    pub tls_domain: Option<String>,
+}
+
+impl Target {
+    /// A plaintext target at `addr`, without a token.
+    pub fn plain(addr: impl Into<String>) -> Target {
+        Target {
+            addr: addr.into(),
+            token: None,
+            ca_cert: None,
+            client_cert: None,
+            client_key: None,
+            tls_domain: None,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -146,11 +175,12 @@ pub fn decode_hex(s: &str) -> anyhow::Result<Vec<u8>> {
         .collect()
 }
 
-/// `host:port` or a URL, as a tonic endpoint URL.
-pub fn endpoint_url(addr: &str) -> String {
-    if addr.contains("://") {
-        addr.to_string()
-    } else {
-        format!("http://{addr}")
+/// `host:port` or a URL, as a tonic endpoint URL (`https` when `tls`).
+pub fn endpoint_url(addr: &str, tls: bool) -> String {
+    match (addr.split_once("://"), tls) {
+        (Some((_, rest)), true) => format!("https://{rest}"),
+        (Some(_), false) => addr.to_string(),
+        (None, true) => format!("https://{addr}"),
+        (None, false) => format!("http://{addr}"),
     }
 }

@@ -54,6 +54,10 @@ pub enum StorageError {
     /// Stored data could not be decoded.
     #[error("corrupt stored data: {0}")]
     Corrupt(String),
+    /// The backend has no room for this (e.g. the embedded store's memory
+    /// budget); the message names the limit and what would fit.
+    #[error("{0}")]
+    Capacity(String),
 }
 
 /// A storage backend. `bits` slices are sorted and free of duplicates; read

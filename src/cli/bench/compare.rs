@@ -151,19 +151,15 @@ pub async fn run_compare(a: CompareArgs) -> anyhow::Result<()> {
     let solus_addr = format!("127.0.0.1:{solus_port}");
     let redis_url = format!("redis://127.0.0.1:{redis_port}/");
     wait_for("solus", || async {
-        crate::cli::client::connect(&Target {
-            addr: solus_addr.clone(),
-        })
-        .await
-        .is_ok()
+        crate::cli::client::connect(&Target::plain(solus_addr.clone()))
+            .await
+            .is_ok()
     })
     .await?;
     wait_for("redis", || async { redis_used_memory(&redis_url).await.is_ok() }).await?;
 
     let args = |redis: bool, op: Op| BenchArgs {
-        target: Target {
-            addr: solus_addr.clone(),
-        },
+        target: Target::plain(solus_addr.clone()),
         redis: redis.then(|| redis_url.clone()),
         op,
         batch: a.batch,

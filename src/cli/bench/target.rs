@@ -12,13 +12,13 @@ use crate::api::pb;
 use crate::api::pb::deduper_admin_service_client::DeduperAdminServiceClient;
 use crate::api::pb::deduper_service_client::DeduperServiceClient;
 use crate::cli::Target as Addr;
-use crate::cli::client::connect;
+use crate::cli::client::{Conn, connect};
 
 /// One connection to the system under test; cloned per worker.
 #[derive(Clone)]
 pub enum System {
     Solus {
-        client: DeduperServiceClient<tonic::transport::Channel>,
+        client: DeduperServiceClient<Conn>,
         client_id: String,
         deduper: String,
     },

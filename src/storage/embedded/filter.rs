@@ -117,6 +117,15 @@ impl Filter {
         }
     }
 
+    /// Memory a filter of this geometry takes once every page is written, in
+    /// bytes: 4 bytes per bit plus the page index.
+    pub fn full_memory_bytes(geometry: &Geometry) -> u64 {
+        let page_len = u64::from(geometry.bits_per_shard.min(PAGE_BITS));
+        let pages = u64::from(geometry.shards) * u64::from(geometry.bits_per_shard).div_ceil(page_len);
+        let index = (std::mem::size_of::<OnceLock<Page>>() + std::mem::size_of::<Page>()) as u64;
+        pages * (page_len * 4 + index) + u64::from(geometry.shards) * std::mem::size_of::<OnceLock<Shard>>() as u64
+    }
+
     fn locate(&self, shard: u32, bit: u32) -> (usize, usize, usize) {
         (
             shard as usize,
@@ -227,6 +236,18 @@ mod tests {
         assert!(page.take_dirty());
         assert_eq!(page.encode(), None);
         assert_eq!(f.get(2, 2048), 30);
+    }
+
+    #[test]
+    fn full_memory_is_four_bytes_per_bit_plus_a_small_index() {
+        let g = Geometry {
+            hash_functions: 7,
+            shards: 10,
+            bits_per_shard: 958_506,
+        };
+        let bytes = Filter::full_memory_bytes(&g);
+        let stamps = 10 * 958_506u64.div_ceil(1024) * 1024 * 4;
+        assert!(bytes > stamps && bytes < stamps + stamps / 50, "{bytes} vs {stamps}");
     }
 
     #[test]

@@ -47,6 +47,10 @@ pub struct EmbeddedConfig {
     pub checkpoint_journal_bytes: u64,
     /// Physically drop expired bits this often, in seconds. Default 600.
     pub sweep_interval_seconds: u64,
+    /// Memory the dedupers' bits may take, in MiB, counting each deduper at
+    /// its full size (4 bytes per bit, reached once it is filled). Creating
+    /// a deduper beyond it fails with `RESOURCE_EXHAUSTED`. Default 8,192.
+    pub max_memory_mib: u64,
     /// fjall block cache, in MiB. Default 4: reads are served from memory,
     /// and fjall is read back only at start-up.
     pub cache_mib: u64,
@@ -60,6 +64,7 @@ impl Default for EmbeddedConfig {
             checkpoint_interval_ms: 30_000,
             checkpoint_journal_bytes: 128 << 20,
             sweep_interval_seconds: 600,
+            max_memory_mib: 8192,
             cache_mib: 4,
         }
     }
@@ -88,8 +93,9 @@ struct Inner {
     pages: Keyspace,
     journal: Keyspace,
     entries: RwLock<HashMap<Vec<u8>, Arc<Entry>>>,
-    /// Serialises meta changes so create is check-then-insert safe.
-    meta_lock: Mutex<()>,
+    /// Serialises meta changes so create is check-then-insert safe; holds
+    /// the bytes reserved by existing dedupers against the memory budget.
+    meta_lock: Mutex<u64>,
     next_seq: AtomicU64,
     journal_bytes: AtomicU64,
     checkpoint_lock: Mutex<()>,
@@ -134,7 +140,7 @@ impl EmbeddedStore {
             pages,
             journal,
             entries: RwLock::new(HashMap::new()),
-            meta_lock: Mutex::new(()),
+            meta_lock: Mutex::new(0),
             next_seq: AtomicU64::new(0),
             journal_bytes: AtomicU64::new(0),
             checkpoint_lock: Mutex::new(()),
@@ -262,9 +268,11 @@ impl Inner {
 
     fn recover(&self) -> Result<(), StorageError> {
         let mut map = HashMap::new();
+        let mut reserved = 0u64;
         for kv in self.meta.iter() {
             let (key, value) = kv.into_inner().map_err(unavailable)?;
             let d = decode_meta(&value)?;
+            reserved += Filter::full_memory_bytes(&d.geometry);
             map.insert(
                 key.to_vec(),
                 Arc::new(Entry {
@@ -305,6 +313,14 @@ impl Inner {
             journal_records = records,
             "embedded store recovered"
         );
+        if reserved > self.config.max_memory_mib.saturating_mul(1 << 20) {
+            tracing::warn!(
+                reserved_mib = reserved >> 20,
+                budget_mib = self.config.max_memory_mib,
+                "existing dedupers exceed storage.embedded.max_memory_mib; no new deduper can be created"
+            );
+        }
+        *self.meta_lock.lock().unwrap_or_else(|p| p.into_inner()) = reserved;
         self.next_seq.store(next, Ordering::SeqCst);
         *self.entries.write().unwrap_or_else(|p| p.into_inner()) = map;
         Ok(())
@@ -426,13 +442,28 @@ impl Store for EmbeddedStore {
     }
 
     fn create_deduper(&self, deduper: &Deduper) -> Result<(), StorageError> {
-        let _g = self.inner.meta_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut reserved = self.inner.meta_lock.lock().unwrap_or_else(|p| p.into_inner());
         let key = codec::deduper_key(&deduper.client_id, &deduper.name);
         if self.inner.meta.contains_key(&key).map_err(unavailable)? {
             return Err(StorageError::AlreadyExists);
         }
+        let need = Filter::full_memory_bytes(&deduper.geometry);
+        let budget = self.inner.config.max_memory_mib.saturating_mul(1 << 20);
+        if reserved.saturating_add(need) > budget {
+            let mib = |b: u64| b.div_ceil(1 << 20);
+            return Err(StorageError::Capacity(format!(
+                "deduper {:?} needs up to {} MiB of memory ({} bits x 4 bytes), but only {} of the embedded store's {} MiB \
+                 are left (storage.embedded.max_memory_mib); size it smaller or raise the budget",
+                deduper.name,
+                mib(need),
+                deduper.geometry.total_bits(),
+                mib(budget.saturating_sub(*reserved)),
+                self.inner.config.max_memory_mib
+            )));
+        }
         self.put_meta(deduper)?;
         self.inner.entry(deduper);
+        *reserved += need;
         Ok(())
     }
 
