@@ -209,6 +209,15 @@ impl Settings {
     /// Defaults, then `file` when given, then `SOLUS__*` environment variables.
     /// Errors name the file or key that could not be read.
     pub fn load(file: Option<&Path>) -> Result<Settings, config::ConfigError> {
+        Self::load_with_env(file, None)
+    }
+
+    /// As [`Settings::load`], reading `SOLUS__*` variables from `env` instead
+    /// of the process environment when given (tests).
+    pub fn load_with_env(
+        file: Option<&Path>,
+        env: Option<std::collections::HashMap<String, String>>,
+    ) -> Result<Settings, config::ConfigError> {
         let mut builder = config::Config::builder();
         if let Some(f) = file {
             builder = builder.add_source(config::File::from(f).format(config::FileFormat::Toml).required(true));
@@ -216,7 +225,8 @@ impl Settings {
         builder = builder.add_source(
             config::Environment::with_prefix("SOLUS")
                 .separator("__")
-                .try_parsing(true),
+                .try_parsing(true)
+                .source(env),
         );
         let settings: Settings = builder.build()?.try_deserialize()?;
         settings.validate()?;
@@ -317,18 +327,7 @@ mod tests {
         let mut env = std::collections::HashMap::new();
         env.insert("SOLUS__LIMITS__MAX_SHARDS".to_string(), "20".to_string());
         env.insert("SOLUS__SERVER__LISTEN".to_string(), "0.0.0.0:1234".to_string());
-        let s: Settings = config::Config::builder()
-            .add_source(config::File::from(file.as_path()))
-            .add_source(
-                config::Environment::with_prefix("SOLUS")
-                    .separator("__")
-                    .try_parsing(true)
-                    .source(Some(env)),
-            )
-            .build()
-            .unwrap()
-            .try_deserialize()
-            .unwrap();
+        let s = Settings::load_with_env(Some(&file), Some(env)).unwrap();
         assert_eq!((s.farm.as_str(), s.limits.max_shards), ("eu", 20));
         assert!(s.storage.embedded.fsync);
         assert_eq!(s.server.listen.to_string(), "0.0.0.0:1234");
@@ -371,17 +370,7 @@ mod tests {
     fn empty_environment_value_turns_metrics_off() {
         let mut env = std::collections::HashMap::new();
         env.insert("SOLUS__METRICS__LISTEN".to_string(), String::new());
-        let s: Settings = config::Config::builder()
-            .add_source(
-                config::Environment::with_prefix("SOLUS")
-                    .separator("__")
-                    .try_parsing(true)
-                    .source(Some(env)),
-            )
-            .build()
-            .unwrap()
-            .try_deserialize()
-            .unwrap();
+        let s = Settings::load_with_env(None, Some(env)).unwrap();
         assert_eq!(s.metrics.listen, "");
     }
 
