@@ -40,9 +40,9 @@ K8S = ROOT / "deploy" / "k8s"
 
 # Kubernetes versions each directory is validated against: the oldest we claim
 # to support (native gRPC probes are GA since 1.27) and the newest the tool
-# knows. hbase-tls uses the gRPC probe `mode` field, new in 1.37.
+# knows.
 DEFAULT_VERSIONS = ["1.30.0", "1.37.0"]
-VERSIONS = {"hbase-tls": ["1.37.0"]}
+VERSIONS: dict[str, list[str]] = {}
 
 # server.drain_timeout_ms when the config does not set it.
 DEFAULT_DRAIN_MS = 20_000
@@ -234,10 +234,18 @@ def check_solus_config(where, w, pod, c, ports, configmaps, secrets) -> None:
         problem(where, f"{wn}: server.listen {listen} is not reachable from outside the pod")
     if ports.get("grpc") != port:
         problem(where, f"{wn}: containerPort `grpc` is {ports.get('grpc')}, server.listen port is {port}")
+    # Probes go to server.health_listen (plaintext health only) when set.
+    health = env.get("SOLUS__SERVER__HEALTH_LISTEN") or server.get("health_listen")
+    probed, what = port, "server.listen"
+    if health:
+        hhost, probed = port_of(health)
+        what = "server.health_listen"
+        if hhost not in ("0.0.0.0", "::") or ports.get("health") != probed:
+            problem(where, f"{wn}: server.health_listen {health} does not serve containerPort `health` {ports.get('health')}")
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         grpc = (c.get(probe) or {}).get("grpc")
-        if grpc and grpc["port"] != port:
-            problem(where, f"{wn}: {probe} probes port {grpc['port']}, server.listen port is {port}")
+        if grpc and grpc["port"] != probed:
+            problem(where, f"{wn}: {probe} probes port {grpc['port']}, {what} port is {probed}")
     metrics = env.get("SOLUS__METRICS__LISTEN") or cfg.get("metrics", {}).get("listen")
     if metrics and "metrics" in ports:
         mhost, mport = port_of(metrics)

@@ -41,6 +41,10 @@ pub struct ServerConfig {
     /// the remaining connections are closed, storage is flushed and the
     /// process exits 0. Default 20,000.
     pub drain_timeout_ms: u64,
+    /// Extra plaintext listener serving only `grpc.health.v1.Health`, e.g.
+    /// `0.0.0.0:50052`, for probes that cannot speak TLS (Kubernetes' native
+    /// gRPC probes) when `server.tls` is on. Empty = off (default).
+    pub health_listen: String,
     pub tls: TlsConfig,
 }
 
@@ -51,6 +55,7 @@ impl Default for ServerConfig {
             health_check_interval_ms: 2_000,
             request_timeout_ms: 30_000,
             drain_timeout_ms: 20_000,
+            health_listen: String::new(),
             tls: TlsConfig::default(),
         }
     }

@@ -135,6 +135,32 @@ impl Stream for UntilStopped<'_> {
     }
 }
 
+/// Serves only the health service, in plaintext, on `server.health_listen`
+/// (none when empty): Kubernetes' native gRPC probes cannot speak TLS. It
+/// reports the same statuses as the main port (NOT_SERVING while draining)
+/// and stops with the server. Errors: the address cannot be parsed or bound.
+async fn serve_health_only(
+    listen: &str,
+    health: tonic::transport::server::Router,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+    if listen.is_empty() {
+        return Ok(None);
+    }
+    let addr: std::net::SocketAddr = listen
+        .parse()
+        .with_context(|| format!("server.health_listen {listen:?} is not an address like 0.0.0.0:50052"))?;
+    let listener = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding server.health_listen {addr}"))?;
+    tracing::info!(addr = %listener.local_addr()?, "plaintext health service for probes");
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    Ok(Some(tokio::spawn(async move {
+        if let Err(e) = health.serve_with_incoming(incoming).await {
+            tracing::error!(error = %e, "health listener failed");
+        }
+    })))
+}
+
 /// A one-line description of the store for the start-up log.
 pub fn describe_store(settings: &Settings) -> String {
     match settings.storage.backend {
@@ -246,6 +272,11 @@ pub async fn serve(
         auth = ?auth,
         "solus listening"
     );
+    let health_only = serve_health_only(
+        &settings.server.health_listen,
+        tonic::transport::Server::builder().add_service(health.clone()),
+    )
+    .await?;
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = tls {
         builder = builder
@@ -299,6 +330,9 @@ pub async fn serve(
         }
     };
 
+    if let Some(task) = health_only {
+        task.abort();
+    }
     watcher.abort();
     let _ = watcher.await;
     if let Some(task) = sighup {

@@ -641,3 +641,51 @@ async fn the_cli_speaks_tls_and_tokens() {
     );
     server.stop().await;
 }
+
+/// With TLS on, `server.health_listen` serves plaintext health only, for
+/// probes that cannot speak TLS; the data services are not reachable there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plaintext_health_listener_beside_tls() {
+    let (backend, dir, pki) = (TestBackend::embedded(), tempfile::tempdir().unwrap(), make_pki());
+    let mut settings = tls_settings(&backend, dir.path(), &pki, true);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    settings.server.health_listen = format!("127.0.0.1:{port}");
+    let server = RawServer::start(settings).await;
+    let plain = Channel::from_shared(format!("http://127.0.0.1:{port}"))
+        .unwrap()
+        .timeout(Duration::from_secs(5));
+    let mut ch = None;
+    for _ in 0..100 {
+        if let Ok(c) = plain.connect().await {
+            ch = Some(c);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let ch = ch.expect("plaintext health port");
+    let mut h = tonic_health::pb::health_client::HealthClient::new(ch.clone());
+    let mut status = 0;
+    for _ in 0..50 {
+        let r = h
+            .check(tonic_health::pb::HealthCheckRequest {
+                service: "solus.v1.DeduperService".into(),
+            })
+            .await;
+        status = r.map(|r| r.into_inner().status).unwrap_or(0);
+        if status == tonic_health::pb::health_check_response::ServingStatus::Serving as i32 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+    let (code, _) = call(&ch, "CreateDeduper", "c", "d", None).await;
+    assert_eq!(code, Code::Unimplemented, "only health is served on the plaintext port");
+    server.stop().await;
+}
