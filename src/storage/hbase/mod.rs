@@ -181,9 +181,13 @@ impl HbaseStore {
     }
 }
 
-/// Runs `f` on every item: directly for one (the usual case), else in
-/// parallel threads, each taking its own pooled connection. The first error
-/// wins; the other calls still finish (every call here is idempotent).
+/// Most HBase calls one request runs at once (each on its own pooled connection).
+const MAX_PARALLEL_CALLS: usize = 8;
+
+/// Runs `f` on every item: directly for one (the usual case), else on up to
+/// [`MAX_PARALLEL_CALLS`] threads, each taking its own pooled connection, so
+/// a request split into many calls cannot spawn a thread per call. The first
+/// error wins; the other calls still finish (every call here is idempotent).
 fn in_parallel<T: Sync, R: Send>(
     items: &[T],
     f: impl Fn(&T) -> Result<R, StorageError> + Sync,
@@ -191,16 +195,33 @@ fn in_parallel<T: Sync, R: Send>(
     if let [one] = items {
         return Ok(vec![f(one)?]);
     }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<std::sync::Mutex<Option<Result<R, StorageError>>>> =
+        items.iter().map(|_| std::sync::Mutex::new(None)).collect();
     std::thread::scope(|s| {
-        let handles: Vec<_> = items.iter().map(|item| s.spawn(|| f(item))).collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(StorageError::Unavailable("HBase call thread panicked".into())))
+        let workers: Vec<_> = (0..items.len().min(MAX_PARALLEL_CALLS))
+            .map(|_| {
+                s.spawn(|| {
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(item) = items.get(i) else { break };
+                        let r = f(item);
+                        *results[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+                    }
+                })
             })
-            .collect()
-    })
+            .collect();
+        // A panicked worker leaves its item without a result: reported below.
+        workers.into_iter().for_each(|w| drop(w.join()));
+    });
+    results
+        .into_iter()
+        .map(|m| {
+            m.into_inner()
+                .unwrap_or_else(|p| p.into_inner())
+                .unwrap_or_else(|| Err(StorageError::Unavailable("HBase call thread panicked".into())))
+        })
+        .collect()
 }
 
 impl Store for HbaseStore {
@@ -270,5 +291,37 @@ impl Store for HbaseStore {
     /// Nothing to do: every write was in HBase's WAL before it was acknowledged.
     fn flush(&self) -> Result<(), StorageError> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    #[test]
+    fn in_parallel_bounds_threads_keeps_order_and_reports_errors() {
+        let (running, peak) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let items: Vec<u32> = (0..1000).collect();
+        let out = in_parallel(&items, |&i| {
+            let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+            peak.fetch_max(now, Ordering::SeqCst);
+            std::thread::sleep(std::time::Duration::from_micros(50));
+            running.fetch_sub(1, Ordering::SeqCst);
+            Ok(i * 2)
+        })
+        .unwrap();
+        assert_eq!(out, items.iter().map(|i| i * 2).collect::<Vec<_>>());
+        let peak = peak.load(Ordering::SeqCst);
+        assert!((2..=MAX_PARALLEL_CALLS).contains(&peak), "peak {peak} concurrent calls");
+        let failed = in_parallel(&items, |&i| {
+            if i % 300 == 7 {
+                Err(StorageError::Unavailable(format!("call {i}")))
+            } else {
+                Ok(i)
+            }
+        });
+        assert!(matches!(failed, Err(StorageError::Unavailable(m)) if m == "call 7"));
     }
 }
