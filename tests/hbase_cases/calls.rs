@@ -2,10 +2,7 @@
 //! one `getRowsWithColumns`, Add one `mutateRowsTs`, AddIfAbsent one of each,
 //! whatever the batch size up to the read budget; past it reads split.
 
-use std::time::Instant;
-
 use hbase_emulator::{Emulator, Protocol, Transport};
-use solus::api::pb;
 
 use crate::common::*;
 
