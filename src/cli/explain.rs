@@ -35,11 +35,21 @@ pub fn run(a: ExplainArgs) -> anyhow::Result<()> {
         (1..=MAX_BITS_PER_SHARD).contains(&a.bits_per_shard),
         "--bits-per-shard must be 1 to {MAX_BITS_PER_SHARD}"
     );
+    // Explain is a calculator for reading HBase by hand, so it accepts any
+    // ids, but says when the server would refuse the request.
+    for (field, value) in [("client", &a.client), ("deduper", &a.deduper)] {
+        if let Err(e) = crate::deduper::validate_name(field, value) {
+            eprintln!("warning: the server would refuse this: {e}");
+        }
+    }
     let entity = if a.hex {
         decode_hex(&a.entity)?
     } else {
         a.entity.into_bytes()
     };
+    if entity.is_empty() {
+        eprintln!("warning: the server refuses empty entities");
+    }
     let shard = hashing::shard_of(&entity, a.shards);
     let mut bits = vec![0u32; a.hash_functions as usize];
     hashing::bit_positions(&entity, a.bits_per_shard, &mut bits);
