@@ -21,19 +21,25 @@ fn init_logging(level: &str, json: bool) {
     }
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// Resolves on SIGINT or SIGTERM. The handlers are installed when this is
+/// called, not when first polled, so a signal during start-up (e.g. a long
+/// journal replay) still ends in a clean shutdown instead of killing the process.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("installing the SIGTERM handler");
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| anyhow::anyhow!("installing the SIGTERM handler: {e}"))?;
+    #[cfg(unix)]
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .map_err(|e| anyhow::anyhow!("installing the SIGINT handler: {e}"))?;
+    Ok(async move {
+        #[cfg(unix)]
         tokio::select! {
-            _ = ctrl_c => {}
             _ = term.recv() => {}
+            _ = int.recv() => {}
         }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+    })
 }
 
 async fn serve(config: Option<std::path::PathBuf>) -> anyhow::Result<()> {
@@ -42,7 +48,7 @@ async fn serve(config: Option<std::path::PathBuf>) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(settings.server.listen)
         .await
         .map_err(|e| anyhow::anyhow!("binding {}: {e}", settings.server.listen))?;
-    solus::server::serve(settings, listener, shutdown_signal()).await
+    solus::server::serve(settings, listener, shutdown_signal()?).await
 }
 
 fn main() -> ExitCode {

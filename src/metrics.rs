@@ -29,6 +29,18 @@ pub const REQUEST_ENTITIES: &str = "solus_request_entities";
 pub const IN_FLIGHT: &str = "solus_requests_in_flight";
 pub const STORAGE_CALLS: &str = "solus_storage_calls_total";
 pub const STORAGE_ERRORS: &str = "solus_storage_errors_total";
+/// The `op` label values of the storage series (the `Store` calls).
+pub const STORAGE_OPS: [&str; 9] = [
+    "read_bits",
+    "write_bits",
+    "read_and_write_bits",
+    "create_deduper",
+    "update_deduper",
+    "get_deduper",
+    "list_dedupers",
+    "ping",
+    "flush",
+];
 pub const STORAGE_DURATION: &str = "solus_storage_call_duration_seconds";
 /// Dedupers known to this process: with the embedded store, those it held at
 /// start-up plus those created since; with HBase (shared by several
@@ -87,6 +99,12 @@ fn describe() {
     describe_counter!(STORAGE_CALLS, "Storage calls, by operation");
     describe_counter!(STORAGE_ERRORS, "Storage calls that failed, by operation");
     describe_histogram!(STORAGE_DURATION, Unit::Seconds, "Storage call latency, by operation");
+    // Start the storage counters at zero so a dashboard or alert on errors
+    // sees the series before the first failure.
+    for op in STORAGE_OPS {
+        metrics::counter!(STORAGE_CALLS, "op" => op).absolute(0);
+        metrics::counter!(STORAGE_ERRORS, "op" => op).absolute(0);
+    }
     describe_gauge!(
         DEDUPERS,
         "Dedupers known to this process: embedded store - held at start plus created since; HBase - created through this replica since start"
