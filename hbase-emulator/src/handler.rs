@@ -16,7 +16,7 @@ use hbase_thrift::hbase::{
 
 use crate::clock::Clock;
 use crate::error::Declared::{Io, IoIllegal, IoIllegalExists};
-use crate::error::{HError, IntoThrift, unsupported};
+use crate::error::{HError, HResult, IntoThrift, unsupported};
 use crate::reads::{prefix_scan_spec, scan_spec, simple_scan_spec};
 use crate::store::Store;
 use crate::table::{LATEST, Table, TimeRange};
@@ -38,6 +38,17 @@ impl Handler {
     /// A panic in one call must not wedge every later call.
     pub(crate) fn store(&self) -> MutexGuard<'_, Store> {
         self.store.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs a mutating call: whatever it changed (even when it then fails,
+    /// like a partly applied `mutateRows`) is in the write-ahead log, if
+    /// any, before the call is answered.
+    pub(crate) fn write<T>(&self, call: impl FnOnce(&mut Store) -> HResult<T>) -> HResult<T> {
+        let mut store = self.store();
+        store.check_log()?;
+        let result = call(&mut store);
+        store.commit()?;
+        result
     }
 
     pub(crate) fn now(&self) -> i64 {
@@ -83,11 +94,11 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 
 impl HbaseSyncHandler for Handler {
     fn handle_enable_table(&self, table_name: Bytes) -> thrift::Result<()> {
-        self.store().set_enabled(&table_name, true).declared(Io)
+        self.write(|store| store.set_enabled(&table_name, true)).declared(Io)
     }
 
     fn handle_disable_table(&self, table_name: Bytes) -> thrift::Result<()> {
-        self.store().set_enabled(&table_name, false).declared(Io)
+        self.write(|store| store.set_enabled(&table_name, false)).declared(Io)
     }
 
     fn handle_is_table_enabled(&self, table_name: Bytes) -> thrift::Result<bool> {
@@ -104,7 +115,8 @@ impl HbaseSyncHandler for Handler {
 
     fn handle_major_compact(&self, table_name_or_region_name: Bytes) -> thrift::Result<()> {
         let now = self.now();
-        self.store().major_compact(&table_name_or_region_name, now).declared(Io)
+        self.write(|store| store.major_compact(&table_name_or_region_name, now))
+            .declared(Io)
     }
 
     fn handle_get_table_names(&self) -> thrift::Result<Vec<Text>> {
@@ -137,13 +149,12 @@ impl HbaseSyncHandler for Handler {
 
     fn handle_create_table(&self, table_name: Text, column_families: Vec<ColumnDescriptor>) -> thrift::Result<()> {
         let now = self.now();
-        self.store()
-            .create_table(&table_name, &column_families, now)
+        self.write(|store| store.create_table(&table_name, &column_families, now))
             .declared(IoIllegalExists)
     }
 
     fn handle_delete_table(&self, table_name: Text) -> thrift::Result<()> {
-        self.store().delete_table(&table_name).declared(Io)
+        self.write(|store| store.delete_table(&table_name)).declared(Io)
     }
 
     fn handle_get(&self, table_name: Text, row: Text, column: Text, _: Attrs) -> thrift::Result<Vec<TCell>> {

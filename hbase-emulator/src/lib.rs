@@ -5,6 +5,9 @@
 //! backend relies on (versions, timestamps, per-cell and family TTLs, delete
 //! markers, error types) and adds fault injection: latency, failed calls,
 //! dropped connections, and stopping / restarting on the same port.
+//! In-memory by default; with [`EmulatorBuilder::data_dir`] every change is
+//! written to a write-ahead log first and replayed on the next start, so the
+//! data survives the process being killed.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -33,6 +36,7 @@ mod schema;
 mod server;
 mod store;
 mod table;
+mod wal;
 mod wire;
 mod writes;
 
@@ -41,3 +45,4 @@ pub use dispatch::CALLS;
 pub use server::{
     DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_FRAME_BYTES, Emulator, EmulatorBuilder, EmulatorHandle, Protocol, Transport,
 };
+pub use wal::ReplayStats;

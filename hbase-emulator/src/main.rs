@@ -1,5 +1,7 @@
-//! `hbase-emulator`: run the in-memory HBase Thrift1 server until killed.
+//! `hbase-emulator`: run the HBase Thrift1 server until killed (in memory,
+//! or persisted in a data directory with `--data-dir`).
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::thread;
 use std::time::Duration;
@@ -8,7 +10,7 @@ use hbase_emulator::{DEFAULT_IDLE_TIMEOUT, Emulator, Protocol, Transport};
 
 const USAGE: &str = "\
 usage: hbase-emulator [--listen ADDR] [--framed] [--compact] [--latency-ms N]
-                      [--idle-timeout-secs N]
+                      [--idle-timeout-secs N] [--data-dir DIR [--fsync]]
 
   --listen ADDR     address to listen on (default 127.0.0.1:9090)
   --framed          framed transport (hbase.regionserver.thrift.framed=true)
@@ -17,6 +19,11 @@ usage: hbase-emulator [--listen ADDR] [--framed] [--compact] [--latency-ms N]
   --idle-timeout-secs N
                     close connections idle this long (default 60, as
                     hbase.thrift.server.socket.read.timeout; 0 = never)
+  --data-dir DIR    keep tables and cells in DIR (write-ahead log DIR/wal.log,
+                    replayed on start): they survive kill -9 and restarts.
+                    Default: in memory only, lost when the process exits
+  --fsync           with --data-dir: fdatasync every log record (survives a
+                    machine crash too; slower)
 ";
 
 struct Args {
@@ -25,6 +32,8 @@ struct Args {
     protocol: Protocol,
     latency: Duration,
     idle_timeout: Option<Duration>,
+    data_dir: Option<PathBuf>,
+    fsync: bool,
 }
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -34,6 +43,8 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         protocol: Protocol::Binary,
         latency: Duration::ZERO,
         idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
+        data_dir: None,
+        fsync: false,
     };
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
@@ -53,8 +64,13 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                     .map_err(|_| format!("--idle-timeout-secs: not a number: {secs}"))?;
                 parsed.idle_timeout = (secs > 0).then(|| Duration::from_secs(secs));
             }
+            "--data-dir" => parsed.data_dir = Some(PathBuf::from(value("--data-dir")?)),
+            "--fsync" => parsed.fsync = true,
             other => return Err(format!("unknown argument: {other}")),
         }
+    }
+    if parsed.fsync && parsed.data_dir.is_none() {
+        return Err("--fsync needs --data-dir".into());
     }
     Ok(parsed)
 }
@@ -72,19 +88,42 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let started = Emulator::builder()
+    let mut builder = Emulator::builder()
         .transport(args.transport)
         .protocol(args.protocol)
         .latency(args.latency)
         .idle_timeout(args.idle_timeout)
-        .start(&args.listen);
-    let emulator = match started {
+        .fsync(args.fsync);
+    if let Some(dir) = &args.data_dir {
+        builder = builder.data_dir(dir);
+    }
+    let emulator = match builder.start(&args.listen) {
         Ok(emulator) => emulator,
         Err(e) => {
-            eprintln!("hbase-emulator: cannot listen on {}: {e}", args.listen);
+            match &args.data_dir {
+                Some(dir) => eprintln!(
+                    "hbase-emulator: cannot start on {} with data in {}: {e}",
+                    args.listen,
+                    dir.display()
+                ),
+                None => eprintln!("hbase-emulator: cannot listen on {}: {e}", args.listen),
+            }
             return ExitCode::FAILURE;
         }
     };
+    if let (Some(dir), Some(stats)) = (&args.data_dir, emulator.replayed()) {
+        println!(
+            "hbase-emulator data in {}: replayed {} log records{}{}",
+            dir.display(),
+            stats.frames,
+            if stats.torn_bytes > 0 {
+                format!(", dropped a torn last record ({} bytes)", stats.torn_bytes)
+            } else {
+                String::new()
+            },
+            if stats.compacted { ", log compacted" } else { "" }
+        );
+    }
     println!(
         "hbase-emulator listening on {} ({:?} transport, {:?} protocol, latency {:?})",
         emulator.addr(),

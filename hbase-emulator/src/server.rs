@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
@@ -21,6 +22,7 @@ use crate::dispatch::Dispatcher;
 use crate::faults::Faults;
 use crate::handler::Handler;
 use crate::store::Store;
+use crate::wal::ReplayStats;
 use crate::wire::FramedReader;
 
 /// How often an idle accept loop checks whether it was asked to stop.
@@ -71,6 +73,8 @@ pub struct EmulatorBuilder {
     clock: Arc<dyn Clock>,
     max_frame_bytes: usize,
     idle_timeout: Option<Duration>,
+    data_dir: Option<PathBuf>,
+    fsync: bool,
 }
 
 impl Default for EmulatorBuilder {
@@ -82,6 +86,8 @@ impl Default for EmulatorBuilder {
             clock: Arc::new(SystemClock),
             max_frame_bytes: DEFAULT_MAX_FRAME_BYTES,
             idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
+            data_dir: None,
+            fsync: false,
         }
     }
 }
@@ -123,11 +129,38 @@ impl EmulatorBuilder {
         self
     }
 
-    /// Binds `addr` (port 0 picks a free port) and starts serving.
+    /// Keeps the data in `dir` (created if needed) instead of memory only:
+    /// every mutating call is appended to `dir/wal.log` before it is
+    /// answered, and a start replays the log. Only one emulator at a time
+    /// may use a directory. Default: in memory, lost with the process.
+    pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.data_dir = Some(dir.into());
+        self
+    }
+
+    /// With [`EmulatorBuilder::data_dir`]: also `fdatasync` every log
+    /// record, to survive a machine crash and not just the process being
+    /// killed. Default false.
+    pub fn fsync(mut self, fsync: bool) -> Self {
+        self.fsync = fsync;
+        self
+    }
+
+    /// Replays the data directory's log, if any, then binds `addr` (port 0
+    /// picks a free port) and starts serving. Errors: the address cannot be
+    /// bound, or the log cannot be read or is corrupt (`InvalidData`; a
+    /// torn last record is not an error, it is dropped).
     pub fn start(self, addr: impl ToSocketAddrs) -> io::Result<EmulatorHandle> {
+        let (store, replayed) = match &self.data_dir {
+            Some(dir) => {
+                let (store, stats) = Store::open(dir, self.fsync)?;
+                (store, Some(stats))
+            }
+            None => (Store::default(), None),
+        };
         let listener = TcpListener::bind(addr)?;
         let addr = listener.local_addr()?;
-        let store = Arc::new(Mutex::new(Store::default()));
+        let store = Arc::new(Mutex::new(store));
         let faults = Arc::new(Faults::new(self.latency));
         let handler = || Handler::new(store.clone(), self.clock.clone(), addr);
         let shared = Arc::new(Shared {
@@ -145,6 +178,7 @@ impl EmulatorBuilder {
             faults,
             clock: self.clock,
             listening: Mutex::new(None),
+            replayed,
         };
         handle.listen_on(listener)?;
         Ok(handle)
@@ -205,6 +239,7 @@ pub struct EmulatorHandle {
     faults: Arc<Faults>,
     clock: Arc<dyn Clock>,
     listening: Mutex<Option<Listening>>,
+    replayed: Option<ReplayStats>,
 }
 
 impl EmulatorHandle {
@@ -215,6 +250,11 @@ impl EmulatorHandle {
 
     pub fn clock(&self) -> Arc<dyn Clock> {
         self.clock.clone()
+    }
+
+    /// What the start replayed from the data directory (`None` in memory).
+    pub fn replayed(&self) -> Option<ReplayStats> {
+        self.replayed
     }
 
     pub fn set_latency(&self, latency: Duration) {
@@ -289,9 +329,14 @@ impl EmulatorHandle {
         self.faults.reset_counts();
     }
 
-    /// Forgets every table and open scanner.
+    /// Forgets every table and open scanner (with a data directory, the
+    /// tables' deletion is logged like a `deleteTable`).
     pub fn clear_data(&self) {
-        self.store.lock().unwrap_or_else(PoisonError::into_inner).clear();
+        let mut store = self.store.lock().unwrap_or_else(PoisonError::into_inner);
+        store.clear();
+        // A failed write leaves the log refusing every later write, which
+        // then reports it; there is no caller to tell here.
+        let _ = store.commit();
     }
 
     fn listening(&self) -> MutexGuard<'_, Option<Listening>> {

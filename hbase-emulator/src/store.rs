@@ -1,7 +1,12 @@
 //! The table catalogue and the open scanners: everything one HBase cluster
-//! plus its Thrift server would hold, kept in memory behind one lock.
+//! plus its Thrift server would hold, kept in memory behind one lock, and
+//! optionally its write-ahead log (`wal.rs`): tables note their changes in
+//! the shared journal and [`Store::commit`] appends them to the log before
+//! the call that made them is answered.
 
 use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::path::Path;
 
 use hbase_thrift::hbase::{ColumnDescriptor, TRowResult};
 
@@ -9,15 +14,134 @@ use crate::error::{HError, HResult};
 use crate::scanner::{ScanSpec, Scanner};
 use crate::schema::{FamilySchema, table_name};
 use crate::table::Table;
+use crate::wal::{Journal, Record, ReplayStats, Wal};
 
 #[derive(Debug, Default)]
 pub(crate) struct Store {
     tables: BTreeMap<Vec<u8>, Table>,
     scanners: HashMap<i32, Scanner>,
     next_scanner_id: i32,
+    /// Changes not yet in the log (disabled without a log).
+    journal: Journal,
+    wal: Option<Wal>,
 }
 
 impl Store {
+    /// A store persisted in `dir`: replays its log, rewrites the log as a
+    /// snapshot when it is more than twice the live state, and logs every
+    /// change from then on.
+    pub fn open(dir: &Path, fsync: bool) -> io::Result<(Store, ReplayStats)> {
+        let mut store = Store::default();
+        let (mut wal, mut stats) = Wal::open(dir, fsync, |record| store.apply(record))?;
+        let mut snapshot = Vec::new();
+        for table in store.tables.values() {
+            snapshot.push(Record::CreateTable {
+                name: table.name.clone(),
+                families: table.families.values().cloned().collect(),
+                created_ms: table.created_ms,
+            });
+            if !table.enabled {
+                snapshot.push(Record::SetEnabled {
+                    name: table.name.clone(),
+                    enabled: false,
+                });
+            }
+            table.snapshot(&mut snapshot);
+        }
+        stats.compacted = wal.compact_if_larger(&snapshot)?;
+        drop(snapshot);
+        store.journal = Journal::enabled();
+        for table in store.tables.values_mut() {
+            table.journal = store.journal.clone();
+        }
+        store.wal = Some(wal);
+        Ok((store, stats))
+    }
+
+    /// Replays one logged change.
+    fn apply(&mut self, record: Record) -> Result<(), String> {
+        fn table<'a>(tables: &'a mut BTreeMap<Vec<u8>, Table>, name: &[u8]) -> Result<&'a mut Table, String> {
+            let missing = || format!("table {} does not exist", String::from_utf8_lossy(name));
+            tables.get_mut(name).ok_or_else(missing)
+        }
+        match record {
+            Record::CreateTable {
+                name,
+                families,
+                created_ms,
+            } => {
+                let families = families.into_iter().map(|f| (f.name.clone(), f)).collect();
+                self.tables.insert(name.clone(), Table::new(name, families, created_ms));
+            }
+            Record::DeleteTable { name } => {
+                self.tables.remove(&name);
+            }
+            Record::SetEnabled { name, enabled } => table(&mut self.tables, &name)?.enabled = enabled,
+            Record::Put {
+                table: t,
+                row,
+                family,
+                qualifier,
+                ts,
+                value,
+                ttl_ms,
+                now,
+            } => table(&mut self.tables, &t)?.put(&row, &family, &qualifier, ts, value, ttl_ms, now),
+            Record::DeleteColumn {
+                table: t,
+                row,
+                family,
+                qualifier,
+                upto,
+            } => table(&mut self.tables, &t)?.delete_column(&row, &family, &qualifier, upto),
+            Record::DeleteFamily {
+                table: t,
+                row,
+                family,
+                upto,
+            } => table(&mut self.tables, &t)?.delete_family(&row, &family, upto),
+            Record::MajorCompact { table: t, now } => table(&mut self.tables, &t)?.major_compact(now),
+            Record::RestoreFamily {
+                table: t,
+                row,
+                family,
+                deleted_upto,
+            } => table(&mut self.tables, &t)?.restore_family(&row, &family, deleted_upto),
+            Record::RestoreColumn {
+                table: t,
+                row,
+                family,
+                qualifier,
+                deleted_upto,
+                versions,
+            } => table(&mut self.tables, &t)?.restore_column(&row, &family, &qualifier, deleted_upto, versions),
+        }
+        Ok(())
+    }
+
+    /// Refuses writes once the log failed (see `wal.rs`).
+    pub fn check_log(&self) -> HResult<()> {
+        match self.wal.as_ref().and_then(Wal::broken) {
+            Some(why) => Err(HError::io(format!(
+                "java.io.IOException: hbase-emulator write-ahead log: {why}"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Appends the changes made since the last commit to the log (one frame).
+    pub fn commit(&mut self) -> HResult<()> {
+        let records = self.journal.take();
+        match &mut self.wal {
+            Some(wal) if !records.is_empty() => wal.append(&records).map_err(|e| {
+                HError::io(format!(
+                    "java.io.IOException: hbase-emulator could not write its write-ahead log: {e}"
+                ))
+            }),
+            _ => Ok(()),
+        }
+    }
+
     pub fn create_table(&mut self, raw_name: &[u8], descriptors: &[ColumnDescriptor], now: i64) -> HResult<()> {
         let name = table_name(raw_name)?;
         if self.tables.contains_key(&name) {
@@ -39,7 +163,14 @@ impl Store {
                 "org.apache.hadoop.hbase.DoNotRetryIOException: Table should have at least one column family.",
             ));
         }
-        self.tables.insert(name.clone(), Table::new(name, families, now));
+        self.journal.record(|| Record::CreateTable {
+            name: name.clone(),
+            families: families.values().cloned().collect(),
+            created_ms: now,
+        });
+        let mut table = Table::new(name.clone(), families, now);
+        table.journal = self.journal.clone();
+        self.tables.insert(name, table);
         Ok(())
     }
 
@@ -57,6 +188,7 @@ impl Store {
             )));
         }
         self.tables.remove(&name);
+        self.journal.record(|| Record::DeleteTable { name });
         Ok(())
     }
 
@@ -74,6 +206,8 @@ impl Store {
             )));
         }
         table.enabled = enabled;
+        let name = table.name.clone();
+        self.journal.record(|| Record::SetEnabled { name, enabled });
         Ok(())
     }
 
@@ -150,8 +284,11 @@ impl Store {
         Ok(())
     }
 
-    /// Forgets every table and scanner (test isolation).
+    /// Forgets every table and scanner (test isolation); logged as deletes.
     pub fn clear(&mut self) {
+        for name in self.tables.keys() {
+            self.journal.record(|| Record::DeleteTable { name: name.clone() });
+        }
         self.tables.clear();
         self.scanners.clear();
     }

@@ -4,6 +4,10 @@
 //! Writes behave as if the memstore were flushed after every call: versions
 //! beyond the family's `maxVersions` and cells already expired are dropped at
 //! once, and cells covered by a delete marker are removed.
+//!
+//! Every change goes through `put`, `delete_column`, `delete_family` or
+//! `major_compact`, which note it in the table's journal (a no-op unless the
+//! emulator persists to a data directory; see `wal.rs`).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -12,6 +16,7 @@ use std::ops::Bound;
 use crate::column::Selection;
 use crate::error::{HError, HResult};
 use crate::schema::FamilySchema;
+use crate::wal::{Journal, Record, StoredVersion};
 
 /// HBase's `LATEST_TIMESTAMP`: "stamp with the server's current time".
 pub(crate) const LATEST: i64 = i64::MAX;
@@ -122,6 +127,8 @@ pub(crate) struct Table {
     pub enabled: bool,
     pub created_ms: i64,
     rows: BTreeMap<Vec<u8>, Row>,
+    /// Where changes are noted for the write-ahead log.
+    pub journal: Journal,
 }
 
 impl Table {
@@ -132,6 +139,7 @@ impl Table {
             enabled: true,
             created_ms: now,
             rows: BTreeMap::new(),
+            journal: Journal::default(),
         }
     }
 
@@ -175,6 +183,16 @@ impl Table {
         if masked(cells.deleted_upto) || masked(column_marker) {
             return;
         }
+        self.journal.record(|| Record::Put {
+            table: self.name.clone(),
+            row: row.to_vec(),
+            family: family.to_vec(),
+            qualifier: qualifier.to_vec(),
+            ts,
+            value: value.clone(),
+            ttl_ms,
+            now,
+        });
         let column = cells.columns.entry(qualifier.to_vec()).or_default();
         column.versions.retain(|v| !v.expired(family_ttl, now));
         let version = Version { ts, value, ttl_ms };
@@ -188,6 +206,13 @@ impl Table {
 
     /// `Delete.addColumns(family, qualifier, upto)`: all versions `<= upto`.
     pub fn delete_column(&mut self, row: &[u8], family: &[u8], qualifier: &[u8], upto: i64) {
+        self.journal.record(|| Record::DeleteColumn {
+            table: self.name.clone(),
+            row: row.to_vec(),
+            family: family.to_vec(),
+            qualifier: qualifier.to_vec(),
+            upto,
+        });
         let cells = self.family_cells(row, family);
         let column = cells.columns.entry(qualifier.to_vec()).or_default();
         column.deleted_upto = column.deleted_upto.max(Some(upto));
@@ -196,6 +221,12 @@ impl Table {
 
     /// `Delete.addFamily(family, upto)`.
     pub fn delete_family(&mut self, row: &[u8], family: &[u8], upto: i64) {
+        self.journal.record(|| Record::DeleteFamily {
+            table: self.name.clone(),
+            row: row.to_vec(),
+            family: family.to_vec(),
+            upto,
+        });
         let cells = self.family_cells(row, family);
         cells.deleted_upto = cells.deleted_upto.max(Some(upto));
         for column in cells.columns.values_mut() {
@@ -302,6 +333,10 @@ impl Table {
     /// What a major compaction does: drop delete markers, expired cells and
     /// rows left empty.
     pub fn major_compact(&mut self, now: i64) {
+        self.journal.record(|| Record::MajorCompact {
+            table: self.name.clone(),
+            now,
+        });
         let ttls: BTreeMap<Vec<u8>, Option<i64>> = self
             .families
             .iter()
@@ -320,6 +355,68 @@ impl Table {
             families.retain(|_, cells| !cells.columns.is_empty());
         }
         self.rows.retain(|_, families| !families.is_empty());
+    }
+}
+
+/// Snapshot and restore of the stored cells, for rewriting the log.
+impl Table {
+    /// The stored cells as records (markers and every kept version, expired
+    /// or not), which `restore_*` turn back into the same state.
+    pub fn snapshot(&self, out: &mut Vec<Record>) {
+        for (row, families) in &self.rows {
+            for (family, cells) in families {
+                if cells.deleted_upto.is_some() || cells.columns.is_empty() {
+                    out.push(Record::RestoreFamily {
+                        table: self.name.clone(),
+                        row: row.clone(),
+                        family: family.clone(),
+                        deleted_upto: cells.deleted_upto,
+                    });
+                }
+                for (qualifier, column) in &cells.columns {
+                    let versions = column.versions.iter().map(|v| StoredVersion {
+                        ts: v.ts,
+                        value: v.value.clone(),
+                        ttl_ms: v.ttl_ms,
+                    });
+                    out.push(Record::RestoreColumn {
+                        table: self.name.clone(),
+                        row: row.clone(),
+                        family: family.clone(),
+                        qualifier: qualifier.clone(),
+                        deleted_upto: column.deleted_upto,
+                        versions: versions.collect(),
+                    });
+                }
+            }
+        }
+    }
+
+    pub fn restore_family(&mut self, row: &[u8], family: &[u8], deleted_upto: Option<i64>) {
+        self.family_cells(row, family).deleted_upto = deleted_upto;
+    }
+
+    pub fn restore_column(
+        &mut self,
+        row: &[u8],
+        family: &[u8],
+        qualifier: &[u8],
+        deleted_upto: Option<i64>,
+        versions: Vec<StoredVersion>,
+    ) {
+        let column = ColumnCells {
+            deleted_upto,
+            versions: versions
+                .into_iter()
+                .map(|v| Version {
+                    ts: v.ts,
+                    value: v.value,
+                    ttl_ms: v.ttl_ms,
+                })
+                .collect(),
+        };
+        let cells = self.family_cells(row, family);
+        cells.columns.insert(qualifier.to_vec(), column);
     }
 }
 

@@ -156,10 +156,11 @@ impl Handler {
         let ttl = ttl_from_attributes(attributes)?;
         let now = self.now();
         let ts = resolve(ts, now);
-        let mut store = self.store();
-        let table = store.table_mut(table)?;
-        ops.apply_deletes(table, ts)?;
-        ops.apply_puts(table, ts, ttl, now)
+        self.write(|store| {
+            let table = store.table_mut(table)?;
+            ops.apply_deletes(table, ts)?;
+            ops.apply_puts(table, ts, ttl, now)
+        })
     }
 
     /// `mutateRows` / `mutateRowsTs`: every row's Put first, then every
@@ -184,12 +185,13 @@ impl Handler {
         let ttl = ttl_from_attributes(attributes)?;
         let now = self.now();
         let ts = resolve(ts, now);
-        let mut store = self.store();
-        let table = store.table_mut(table)?;
-        let puts = batch.iter().filter(|ops| !ops.puts.is_empty());
-        batch_result(puts.map(|ops| ops.apply_puts(table, ts, ttl, now)))?;
-        let deletes = batch.iter().filter(|ops| !ops.deletes.is_empty());
-        batch_result(deletes.map(|ops| ops.apply_deletes(table, ts)))
+        self.write(|store| {
+            let table = store.table_mut(table)?;
+            let puts = batch.iter().filter(|ops| !ops.puts.is_empty());
+            batch_result(puts.map(|ops| ops.apply_puts(table, ts, ttl, now)))?;
+            let deletes = batch.iter().filter(|ops| !ops.deletes.is_empty());
+            batch_result(deletes.map(|ops| ops.apply_deletes(table, ts)))
+        })
     }
 
     /// `deleteAll*` (with a column) and `deleteAllRow*` (without): everything
@@ -199,16 +201,17 @@ impl Handler {
         check_timestamp(ts).map_err(HError::internal)?;
         let now = self.now();
         let ts = resolve(ts, now);
-        let mut store = self.store();
-        let table = store.table_mut(table)?;
-        match column.map(ColumnName::parse) {
-            None => table.delete_row(row, ts),
-            Some(column) => {
-                table.check_families([column.family()])?;
-                apply_delete(table, row, &column, ts);
+        self.write(|store| {
+            let table = store.table_mut(table)?;
+            match column.map(ColumnName::parse) {
+                None => table.delete_row(row, ts),
+                Some(column) => {
+                    table.check_families([column.family()])?;
+                    apply_delete(table, row, &column, ts);
+                }
             }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
     /// `checkAndPut`: puts (at "now") when the newest `column` value equals
@@ -232,20 +235,21 @@ impl Handler {
         };
         let ttl = ttl_from_attributes(attributes)?;
         let now = self.now();
-        let mut store = self.store();
-        let table = store.table_mut(table)?;
-        table.check_families([family.as_slice(), put_family.as_slice()])?;
-        let current = table.column_cells(row, &family, &qualifier, TimeRange::ALL, now);
-        let matches = match current.first() {
-            None => expected.is_empty(),
-            Some(cell) if expected.is_empty() => cell.value.is_empty(),
-            Some(cell) => cell.value.as_ref() == expected,
-        };
-        if matches {
-            let value = put.value.unwrap_or_default();
-            table.put(row, &put_family, &put_qualifier, now, value, ttl, now);
-        }
-        Ok(matches)
+        self.write(|store| {
+            let table = store.table_mut(table)?;
+            table.check_families([family.as_slice(), put_family.as_slice()])?;
+            let current = table.column_cells(row, &family, &qualifier, TimeRange::ALL, now);
+            let matches = match current.first() {
+                None => expected.is_empty(),
+                Some(cell) if expected.is_empty() => cell.value.is_empty(),
+                Some(cell) => cell.value.as_ref() == expected,
+            };
+            if matches {
+                let value = put.value.unwrap_or_default();
+                table.put(row, &put_family, &put_qualifier, now, value, ttl, now);
+            }
+            Ok(matches)
+        })
     }
 
     /// `atomicIncrement`: a bare family means the empty qualifier.
@@ -256,10 +260,11 @@ impl Handler {
             ColumnName::Column(f, q) => (f, q),
         };
         let now = self.now();
-        let mut store = self.store();
-        let table = store.table_mut(table)?;
-        table.check_families([family.as_slice()])?;
-        increment_cell(table, row, &family, &qualifier, amount, now)
+        self.write(|store| {
+            let table = store.table_mut(table)?;
+            table.check_families([family.as_slice()])?;
+            increment_cell(table, row, &family, &qualifier, amount, now)
+        })
     }
 
     /// `increment` / `incrementRows` (no coalescing: applied at once).
@@ -276,11 +281,12 @@ impl Handler {
             ));
         };
         let now = self.now();
-        let mut store = self.store();
-        let table = store.table_mut(&table)?;
-        table.check_families([family.as_slice()])?;
         let amount = increment.ammount.unwrap_or(0);
-        increment_cell(table, &row, &family, &qualifier, amount, now).map(drop)
+        self.write(|store| {
+            let table = store.table_mut(&table)?;
+            table.check_families([family.as_slice()])?;
+            increment_cell(table, &row, &family, &qualifier, amount, now).map(drop)
+        })
     }
 
     /// `append`: concatenates onto each column's newest value and returns the
@@ -304,21 +310,22 @@ impl Handler {
             deltas.push((family, qualifier, value));
         }
         let now = self.now();
-        let mut store = self.store();
-        let table = store.table_mut(&table)?;
-        table.check_families(deltas.iter().map(|(f, _, _)| f.as_slice()))?;
         deltas.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
-        let mut out = Vec::with_capacity(deltas.len());
-        for (family, qualifier, delta) in deltas {
-            let current = table.column_cells(&row, &family, &qualifier, TimeRange::ALL, now);
-            let current = current.first().map(|c| (c.ts, c.value.to_vec()));
-            let ts = next_ts(current.as_ref().map(|c| c.0), now);
-            let mut value = current.map(|c| c.1).unwrap_or_default();
-            value.extend_from_slice(&delta);
-            table.put(&row, &family, &qualifier, ts, value.clone(), None, now);
-            out.push(TCell::new(value, ts));
-        }
-        Ok(out)
+        self.write(|store| {
+            let table = store.table_mut(&table)?;
+            table.check_families(deltas.iter().map(|(f, _, _)| f.as_slice()))?;
+            let mut out = Vec::with_capacity(deltas.len());
+            for (family, qualifier, delta) in deltas {
+                let current = table.column_cells(&row, &family, &qualifier, TimeRange::ALL, now);
+                let current = current.first().map(|c| (c.ts, c.value.to_vec()));
+                let ts = next_ts(current.as_ref().map(|c| c.0), now);
+                let mut value = current.map(|c| c.1).unwrap_or_default();
+                value.extend_from_slice(&delta);
+                table.put(&row, &family, &qualifier, ts, value.clone(), None, now);
+                out.push(TCell::new(value, ts));
+            }
+            Ok(out)
+        })
     }
 }
 
