@@ -155,6 +155,11 @@ async fn socket_read_timeout_is_unavailable() {
     let err = s.data().check_absence(check_req(&["a".to_string()])).await.unwrap_err();
     assert_eq!(err.code(), Code::Unavailable, "{err:?}");
     assert!(err.message().contains("getRowsWithColumns"), "{}", err.message());
+    assert!(
+        err.message().contains("timed out") && err.message().contains("read_timeout_ms = 300 ms"),
+        "{}",
+        err.message()
+    );
     b.emulator().set_latency(Duration::ZERO);
     wait_health(&s, ServingStatus::Serving, SOON).await;
     assert_eq!(absent(&s, "c", "d", &["a"]).await, [true]);
@@ -261,4 +266,165 @@ async fn missing_tables_are_named_when_creation_is_off() {
         .unwrap_err();
     assert_eq!(err.code(), Code::Unavailable);
     assert!(err.message().contains("c_dedupers"), "{}", err.message());
+}
+
+const DATA_TABLES: [&str; 2] = ["solus_deduper", "solus_deduper_dc1"];
+
+/// Drops tables behind the service's back, as an operator would.
+fn drop_tables(b: &TestBackend, tables: &[&str]) {
+    let mut raw = raw_client(b.emulator().addr());
+    for table in tables {
+        raw.disable_table(table.to_string().into_bytes()).unwrap();
+        raw.delete_table(table.to_string().into_bytes()).unwrap();
+    }
+}
+
+fn table_names(b: &TestBackend) -> Vec<String> {
+    let mut raw = raw_client(b.emulator().addr());
+    let names = raw.get_table_names().unwrap();
+    names.iter().map(|n| String::from_utf8_lossy(n).into_owned()).collect()
+}
+
+async fn dedupers_of(s: &TestServer, client: &str) -> Vec<String> {
+    let list = s
+        .admin()
+        .list_dedupers(pb::ListDedupersRequest {
+            client_id: client.into(),
+            active_only: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    list.dedupers.into_iter().map(|d| d.name).collect()
+}
+
+/// A data table or a meta table dropped while the service runs: the next
+/// call that meets TableNotFoundException re-creates it with the same
+/// descriptor and succeeds, without restarting the service.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tables_dropped_at_runtime_are_recreated_by_the_next_call() {
+    let mut b = TestBackend::hbase();
+    // No health probe after the first: the calls themselves must recover.
+    b.settings.server.health_check_interval_ms = 600_000;
+    let s = TestServer::start(&b).await;
+    s.admin()
+        .create_deduper(create_np("c", "d", 1000, 0.01, 600))
+        .await
+        .unwrap();
+    add(&s, "c", "d", &["a"], 0).await;
+
+    drop_tables(&b, &DATA_TABLES);
+    assert_eq!(add(&s, "c", "d", &["x"], 0).await, 1, "the write re-created the table");
+    let names = table_names(&b);
+    assert!(DATA_TABLES.iter().all(|t| names.contains(&t.to_string())), "{names:?}");
+    let mut raw = raw_client(b.emulator().addr());
+    let families = raw.get_column_descriptors("solus_deduper".into()).unwrap();
+    let family = &families[&b"S:".to_vec()];
+    let wanted = solus::storage::hbase::data_family();
+    assert_eq!(
+        (family.max_versions, &family.compression, &family.bloom_filter_type),
+        (wanted.max_versions, &wanted.compression, &wanted.bloom_filter_type),
+        "same descriptor as at start-up"
+    );
+    assert_eq!(
+        absent(&s, "c", "d", &["a", "x"]).await,
+        [true, false],
+        "a was in the dropped table"
+    );
+    drop_tables(&b, &["solus_deduper"]);
+    assert_eq!(absent(&s, "c", "d", &["x"]).await, [true], "a read re-creates it too");
+
+    // The meta table: reads see no dedupers, the next create re-creates it
+    // (the "table checked" cache was invalidated).
+    drop_tables(&b, &["c_dedupers"]);
+    assert!(dedupers_of(&s, "c").await.is_empty());
+    s.admin()
+        .create_deduper(create_np("c", "d2", 1000, 0.01, 600))
+        .await
+        .unwrap();
+    assert_eq!(dedupers_of(&s, "c").await, ["d2"]);
+    drop_tables(&b, &["c_dedupers"]);
+    // Also without a read first: the claim (checkAndPut) meets the missing table.
+    s.admin()
+        .create_deduper(create_np("c", "d3", 1000, 0.01, 600))
+        .await
+        .unwrap();
+    add(&s, "c", "d3", &["y"], 0).await;
+    assert_eq!(absent(&s, "c", "d3", &["y", "z"]).await, [false, true]);
+    assert_eq!(dedupers_of(&s, "c").await, ["d3"]);
+}
+
+/// An HBase that comes back empty (an in-memory emulator restarted): health
+/// goes NOT_SERVING while it is down and SERVING once the probe has
+/// re-created the data tables; dedupers can be created and used again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_recovers_when_hbase_comes_back_without_its_tables() {
+    let b = TestBackend::hbase();
+    let s = TestServer::start(&b).await;
+    s.admin()
+        .create_deduper(create_np("c", "d", 1000, 0.01, 600))
+        .await
+        .unwrap();
+    add(&s, "c", "d", &["a"], 0).await;
+    wait_health(&s, ServingStatus::Serving, SOON).await;
+
+    b.emulator().stop();
+    wait_health(&s, ServingStatus::NotServing, SOON).await;
+    b.emulator().clear_data();
+    b.emulator().restart().unwrap();
+    wait_health(&s, ServingStatus::Serving, SOON).await;
+    let names = table_names(&b);
+    assert!(DATA_TABLES.iter().all(|t| names.contains(&t.to_string())), "{names:?}");
+
+    // The configs went with the meta table: create again, then use.
+    s.admin()
+        .create_deduper(create_np("c", "d", 1000, 0.01, 600))
+        .await
+        .unwrap();
+    add(&s, "c", "d", &["b"], 0).await;
+    assert_eq!(absent(&s, "c", "d", &["a", "b"]).await, [true, false]);
+}
+
+/// With `create_tables = false` a table dropped at runtime is not
+/// re-created: health stays NOT_SERVING and calls are UNAVAILABLE naming
+/// the table and the setting, until an operator creates it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tables_dropped_at_runtime_with_creation_off_are_named_until_restored() {
+    let mut b = TestBackend::hbase();
+    b.settings.storage.hbase.create_tables = false;
+    let mut raw = raw_client(b.emulator().addr());
+    for table in DATA_TABLES {
+        raw.create_table(table.into(), vec![solus::storage::hbase::data_family()])
+            .unwrap();
+    }
+    raw.create_table("c_dedupers".into(), vec![solus::storage::hbase::meta_family()])
+        .unwrap();
+    let s = TestServer::start(&b).await;
+    s.admin()
+        .create_deduper(create_np("c", "d", 1000, 0.01, 600))
+        .await
+        .unwrap();
+    add(&s, "c", "d", &["a"], 0).await;
+    wait_health(&s, ServingStatus::Serving, SOON).await;
+
+    drop_tables(&b, &["solus_deduper"]);
+    wait_health(&s, ServingStatus::NotServing, SOON).await;
+    let err = s.data().check_absence(check_req(&["a".to_string()])).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert!(
+        err.message().contains("solus_deduper") && err.message().contains("create_tables"),
+        "{}",
+        err.message()
+    );
+    assert!(
+        !table_names(&b).contains(&"solus_deduper".to_string()),
+        "not re-created"
+    );
+
+    raw.create_table("solus_deduper".into(), vec![solus::storage::hbase::data_family()])
+        .unwrap();
+    wait_health(&s, ServingStatus::Serving, SOON).await;
+    assert_eq!(absent(&s, "c", "d", &["a"]).await, [true]);
+    add(&s, "c", "d", &["a"], 0).await;
+    assert_eq!(absent(&s, "c", "d", &["a"]).await, [false]);
 }

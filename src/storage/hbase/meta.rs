@@ -16,6 +16,7 @@ use hbase_thrift::hbase::{TCell, THbaseSyncClient, TRowResult, TScan};
 
 use super::codec::{self, Attributes, meta_col};
 use super::pool::{Pool, Retry};
+use super::tables::Tables;
 use crate::contract::layout;
 use crate::deduper::Deduper;
 use crate::storage::StorageError;
@@ -34,8 +35,14 @@ fn meta_columns() -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// The config row of one deduper, `None` when absent (or its table is).
-fn read_row(pool: &Pool, client_id: &str, name: &str) -> Result<Option<BTreeMap<Vec<u8>, TCell>>, StorageError> {
+/// The config row of one deduper, `None` when absent (or its table is: then
+/// the table is also forgotten as checked, so a later create re-creates it).
+fn read_row(
+    pool: &Pool,
+    tables: &Tables,
+    client_id: &str,
+    name: &str,
+) -> Result<Option<BTreeMap<Vec<u8>, TCell>>, StorageError> {
     let table = layout::meta_table(client_id);
     let row = layout::meta_row_key(client_id, name);
     let result = pool.call(Retry::Idempotent, |c| {
@@ -48,45 +55,51 @@ fn read_row(pool: &Pool, client_id: &str, name: &str) -> Result<Option<BTreeMap<
     });
     match result {
         Ok(rows) => Ok(rows.into_iter().next().and_then(|r| r.columns)),
-        Err(e) if e.is_table_not_found() => Ok(None),
+        Err(e) if e.is_table_not_found() => {
+            tables.forget(&table);
+            Ok(None)
+        }
         Err(e) => Err(e.into_storage(&format!("getRowWithColumns {table}"))),
     }
 }
 
 /// One `getRowWithColumns`. Errors: `Unavailable`, `Corrupt`.
-pub fn get(pool: &Pool, client_id: &str, name: &str) -> Result<Option<Deduper>, StorageError> {
-    match read_row(pool, client_id, name)? {
+pub fn get(pool: &Pool, tables: &Tables, client_id: &str, name: &str) -> Result<Option<Deduper>, StorageError> {
+    match read_row(pool, tables, client_id, name)? {
         Some(columns) => codec::decode_deduper(client_id, &columns),
         None => Ok(None),
     }
 }
 
-/// Writes every column of `d` in one `mutateRow` (idempotent, retried).
-pub fn put_all(pool: &Pool, d: &Deduper) -> Result<(), StorageError> {
+/// Writes every column of `d` in one `mutateRow` (idempotent, retried; a
+/// lost table is re-created first).
+pub fn put_all(pool: &Pool, tables: &Tables, d: &Deduper) -> Result<(), StorageError> {
     let table = layout::meta_table(&d.client_id);
     let row = layout::meta_row_key(&d.client_id, &d.name);
-    pool.call(Retry::Idempotent, |c| {
-        c.mutate_row(
-            table.clone().into_bytes(),
-            row.clone(),
-            codec::deduper_mutations(d),
-            Attributes::new(),
-        )
+    tables.on_table(pool, &table, &format!("mutateRow {table}"), || {
+        pool.call(Retry::Idempotent, |c| {
+            c.mutate_row(
+                table.clone().into_bytes(),
+                row.clone(),
+                codec::deduper_mutations(d),
+                Attributes::new(),
+            )
+        })
     })
-    .map_err(|e| e.into_storage(&format!("mutateRow {table}")))
 }
 
 /// Claims the row, then writes the config (see the module docs). Errors:
 /// `AlreadyExists`; `Unavailable` when HBase fails or another create of the
 /// same name is still in progress.
-pub fn create(pool: &Pool, d: &Deduper, now_ms: i64) -> Result<(), StorageError> {
+pub fn create(pool: &Pool, tables: &Tables, d: &Deduper, now_ms: i64) -> Result<(), StorageError> {
     let table = layout::meta_table(&d.client_id);
     let row = layout::meta_row_key(&d.client_id, &d.name);
     let name_col = codec::column(layout::META_FAMILY, meta_col::NAME);
     // Not retried: had a lost answer hidden a successful claim, the retry
-    // would see our own claim and report AlreadyExists.
-    let claimed = pool
-        .call(Retry::Once, |c| {
+    // would see our own claim and report AlreadyExists. Except after a
+    // missing table, when nothing was claimed: re-created, then tried again.
+    let claimed = tables.on_table(pool, &table, &format!("checkAndPut {table}"), || {
+        pool.call(Retry::Once, |c| {
             c.check_and_put(
                 table.clone().into_bytes(),
                 row.clone(),
@@ -96,9 +109,9 @@ pub fn create(pool: &Pool, d: &Deduper, now_ms: i64) -> Result<(), StorageError>
                 Attributes::new(),
             )
         })
-        .map_err(|e| e.into_storage(&format!("checkAndPut {table}")))?;
+    })?;
     if !claimed {
-        let columns = read_row(pool, &d.client_id, &d.name)?.unwrap_or_default();
+        let columns = read_row(pool, tables, &d.client_id, &d.name)?.unwrap_or_default();
         if codec::decode_deduper(&d.client_id, &columns)?.is_some() {
             return Err(StorageError::AlreadyExists);
         }
@@ -111,13 +124,14 @@ pub fn create(pool: &Pool, d: &Deduper, now_ms: i64) -> Result<(), StorageError>
         }
         tracing::warn!(client_id = %d.client_id, name = %d.name, claimed_at, "taking over an abandoned deduper creation");
     }
-    put_all(pool, d)
+    put_all(pool, tables, d)
 }
 
 /// Scans the client's meta table (only rows whose `a` is true when
 /// `active_only`, filtered by HBase) and returns complete configs sorted by
-/// name. A missing table is an empty list. Errors: `Unavailable`, `Corrupt`.
-pub fn list(pool: &Pool, client_id: &str, active_only: bool) -> Result<Vec<Deduper>, StorageError> {
+/// name. A missing table is an empty list (and forgotten as checked).
+/// Errors: `Unavailable`, `Corrupt`.
+pub fn list(pool: &Pool, tables: &Tables, client_id: &str, active_only: bool) -> Result<Vec<Deduper>, StorageError> {
     let table = layout::meta_table(client_id);
     let result = pool.call(Retry::Idempotent, |c| {
         let scan = TScan {
@@ -141,7 +155,10 @@ pub fn list(pool: &Pool, client_id: &str, active_only: bool) -> Result<Vec<Dedup
     });
     let rows = match result {
         Ok(rows) => rows,
-        Err(e) if e.is_table_not_found() => return Ok(Vec::new()),
+        Err(e) if e.is_table_not_found() => {
+            tables.forget(&table);
+            return Ok(Vec::new());
+        }
         Err(e) => return Err(e.into_storage(&format!("scan of {table}"))),
     };
     let mut out = Vec::with_capacity(rows.len());

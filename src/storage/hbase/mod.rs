@@ -51,7 +51,9 @@
 //! message (`pool.rs`); idempotent calls are retried within the configured
 //! budget. If HBase is down at start-up the store still opens; tables are
 //! checked as soon as it answers, and `ping` (used by the health watcher)
-//! fails until then.
+//! fails until then. A table HBase reports missing at runtime is re-created
+//! (with `create_tables`) and the call repeated once (`tables.rs`), `ping`
+//! included, so health recovers without a restart.
 
 mod codec;
 pub mod config;
@@ -118,8 +120,9 @@ impl HbaseStore {
     }
 
     fn read_group(&self, table: &str, group: &ReadGroup) -> Result<Vec<TRowResult>, StorageError> {
-        self.pool
-            .call(Retry::Idempotent, |c| {
+        let what = format!("getRowsWithColumns {table}");
+        self.tables.on_table(&self.pool, table, &what, || {
+            self.pool.call(Retry::Idempotent, |c| {
                 c.get_rows_with_columns(
                     table.as_bytes().to_vec(),
                     group.rows.clone(),
@@ -127,7 +130,7 @@ impl HbaseStore {
                     Attributes::new(),
                 )
             })
-            .map_err(|e| e.into_storage(&format!("getRowsWithColumns {table}")))
+        })
     }
 
     fn read(&self, d: &Deduper, bits: &[BitAddr]) -> Result<Vec<Cell>, StorageError> {
@@ -164,10 +167,11 @@ impl HbaseStore {
         let table = self.data_table(d);
         let calls = data::write_calls(d, bits, expire_ms, self.config.max_request_bytes);
         let ttl_ms = i64::try_from(d.expiry_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
+        let what = format!("mutateRowsTs {table}");
         in_parallel(&calls, |batches| {
             // Idempotent: a replayed put carries the same timestamp and value.
-            self.pool
-                .call(Retry::Idempotent, |c| {
+            self.tables.on_table(&self.pool, &table, &what, || {
+                self.pool.call(Retry::Idempotent, |c| {
                     c.mutate_rows_ts(
                         table.as_bytes().to_vec(),
                         batches.clone(),
@@ -175,7 +179,7 @@ impl HbaseStore {
                         codec::ttl_attributes(ttl_ms),
                     )
                 })
-                .map_err(|e| e.into_storage(&format!("mutateRowsTs {table}")))
+            })
         })?;
         Ok(())
     }
@@ -256,31 +260,34 @@ impl Store for HbaseStore {
 
     fn create_deduper(&self, deduper: &Deduper) -> Result<(), StorageError> {
         self.tables.ensure_meta(&self.pool, &deduper.client_id)?;
-        meta::create(&self.pool, deduper, now_ms())
+        meta::create(&self.pool, &self.tables, deduper, now_ms())
     }
 
     fn update_deduper(&self, deduper: &Deduper) -> Result<(), StorageError> {
-        meta::put_all(&self.pool, deduper)
+        meta::put_all(&self.pool, &self.tables, deduper)
     }
 
     fn get_deduper(&self, client_id: &str, name: &str) -> Result<Option<Deduper>, StorageError> {
-        meta::get(&self.pool, client_id, name)
+        meta::get(&self.pool, &self.tables, client_id, name)
     }
 
     fn list_dedupers(&self, client_id: &str, active_only: bool) -> Result<Vec<Deduper>, StorageError> {
-        meta::list(&self.pool, client_id, active_only)
+        meta::list(&self.pool, &self.tables, client_id, active_only)
     }
 
     /// Checks the data tables if not done yet, then one `isTableEnabled` of
-    /// the main data table. Errors: `Unavailable` (unreachable, table
-    /// missing or disabled).
+    /// the main data table; a data table HBase lost is re-created (with
+    /// `create_tables`) and the probe repeated. Errors: `Unavailable`
+    /// (unreachable, table missing and not re-created, or disabled).
     fn ping(&self) -> Result<(), StorageError> {
         self.tables.ensure_data(&self.pool)?;
         let table = layout::data_table(&self.table, &self.farm, false);
         let enabled = self
-            .pool
-            .call(Retry::Idempotent, |c| c.is_table_enabled(table.as_bytes().to_vec()))
-            .map_err(|e| e.into_storage(&format!("isTableEnabled {table}")))?;
+            .tables
+            .on_table(&self.pool, &table, &format!("isTableEnabled {table}"), || {
+                self.pool
+                    .call(Retry::Idempotent, |c| c.is_table_enabled(table.as_bytes().to_vec()))
+            })?;
         if enabled {
             Ok(())
         } else {

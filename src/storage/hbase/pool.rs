@@ -74,8 +74,29 @@ impl HbaseError {
     }
 }
 
+/// The socket timeouts, to name them when one expires.
+#[derive(Debug, Clone, Copy)]
+struct Timeouts {
+    read_ms: u64,
+    write_ms: u64,
+}
+
+/// Whether a transport error is a socket timeout. The `thrift` crate keeps
+/// only the message of the I/O error: a timeout is `TimedOut`, or on Unix a
+/// `WouldBlock` ("Resource temporarily unavailable", EAGAIN), which is what
+/// a blocking socket read or write returns when its timeout expires.
+fn is_timeout(t: &thrift::TransportError) -> bool {
+    if t.kind == thrift::TransportErrorKind::TimedOut {
+        return true;
+    }
+    let m = t.message.to_ascii_lowercase();
+    ["resource temporarily unavailable", "would block", "timed out"]
+        .iter()
+        .any(|s| m.contains(s))
+}
+
 /// Maps a Thrift error; `broken` is set when the connection must not be reused.
-fn classify(e: thrift::Error, peer: SocketAddr, broken: &mut bool) -> HbaseError {
+fn classify(e: thrift::Error, peer: SocketAddr, timeouts: Timeouts, broken: &mut bool) -> HbaseError {
     match e {
         thrift::Error::User(u) => {
             if let Some(io) = u.downcast_ref::<IOError>() {
@@ -99,6 +120,14 @@ fn classify(e: thrift::Error, peer: SocketAddr, broken: &mut bool) -> HbaseError
             HbaseError::Connection(format!(
                 "Thrift application error from {peer}: {:?}: {}",
                 a.kind, a.message
+            ))
+        }
+        thrift::Error::Transport(t) if is_timeout(&t) => {
+            *broken = true;
+            HbaseError::Connection(format!(
+                "call to {peer} timed out: no answer within storage.hbase.read_timeout_ms = {} ms \
+                 (or the request not sent within write_timeout_ms = {} ms) ({})",
+                timeouts.read_ms, timeouts.write_ms, t.message
             ))
         }
         thrift::Error::Transport(t) => {
@@ -267,6 +296,7 @@ pub struct Pool {
     retries: u32,
     backoff: Duration,
     addresses: String,
+    timeouts: Timeouts,
 }
 
 impl Pool {
@@ -297,6 +327,10 @@ impl Pool {
             retries: config.retries,
             backoff: Duration::from_millis(config.retry_backoff_ms),
             addresses: config.addresses.join(", "),
+            timeouts: Timeouts {
+                read_ms: config.read_timeout_ms,
+                write_ms: config.write_timeout_ms,
+            },
         }
     }
 
@@ -329,7 +363,7 @@ impl Pool {
         let peer = conn.peer;
         let result = f(&mut conn.client);
         result.map_err(|e| {
-            let e = classify(e, peer, &mut conn.broken);
+            let e = classify(e, peer, self.timeouts, &mut conn.broken);
             if conn.broken {
                 self.generation.fetch_add(1, Ordering::SeqCst);
             }
@@ -356,5 +390,41 @@ impl Pool {
                 other => return other,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn classified(e: io::Error) -> (HbaseError, bool) {
+        let peer: SocketAddr = "127.0.0.1:9090".parse().unwrap();
+        let timeouts = Timeouts {
+            read_ms: 300,
+            write_ms: 400,
+        };
+        let mut broken = false;
+        let e = classify(thrift::Error::from(e), peer, timeouts, &mut broken);
+        (e, broken)
+    }
+
+    #[test]
+    fn socket_timeouts_name_the_setting() {
+        // What a blocking read past SO_RCVTIMEO returns on Linux (EAGAIN), and TimedOut.
+        for e in [
+            io::Error::from_raw_os_error(11),
+            io::Error::from(io::ErrorKind::WouldBlock),
+            io::Error::from(io::ErrorKind::TimedOut),
+        ] {
+            let (e, broken) = classified(e);
+            assert!(broken);
+            let HbaseError::Connection(m) = e else { panic!("{e:?}") };
+            assert!(
+                m.contains("timed out") && m.contains("read_timeout_ms = 300 ms") && m.contains("400 ms"),
+                "{m}"
+            );
+        }
+        let (e, _) = classified(io::Error::from(io::ErrorKind::ConnectionReset));
+        assert!(!format!("{e:?}").contains("timed out"), "{e:?}");
     }
 }

@@ -1,5 +1,10 @@
 //! Table checks and creation: the data tables at start-up (or as soon as
-//! HBase is reachable), a client's meta table on its first deduper.
+//! HBase is reachable), a client's meta table on its first deduper, and any
+//! of them again when HBase says at runtime that it does not exist (dropped
+//! by an operator, or an emulator restarted without its data):
+//! [`Tables::on_table`] forgets that the table was checked, re-creates it
+//! with the same descriptor (with `create_tables`) and runs the call once
+//! more.
 //!
 //! Thrift1 `createTable` cannot pre-split, so tables it creates start as one
 //! region; production clusters should create them with
@@ -51,6 +56,13 @@ pub struct Tables {
     create: bool,
     data_ready: AtomicBool,
     meta_ready: Mutex<HashSet<String>>,
+    /// Tables this process has seen exist: creating one again is a
+    /// re-creation, logged as a warning.
+    seen: Mutex<HashSet<String>>,
+}
+
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Tables {
@@ -60,6 +72,51 @@ impl Tables {
             create,
             data_ready: AtomicBool::new(false),
             meta_ready: Mutex::new(HashSet::new()),
+            seen: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Runs `call`, a Thrift call on `table` (`what` names it in errors).
+    /// When HBase answers that the table does not exist, the table is
+    /// checked again and re-created (see [`Tables::recover`]) and `call`
+    /// runs once more. Errors: `Unavailable` with the call, or naming the
+    /// missing table and `create_tables` when it may not be re-created.
+    pub fn on_table<T>(
+        &self,
+        pool: &Pool,
+        table: &str,
+        what: &str,
+        mut call: impl FnMut() -> Result<T, HbaseError>,
+    ) -> Result<T, StorageError> {
+        match call() {
+            Err(e) if e.is_table_not_found() => {
+                self.recover(pool, table)?;
+                call().map_err(|e| e.into_storage(what))
+            }
+            other => other.map_err(|e| e.into_storage(what)),
+        }
+    }
+
+    /// HBase said `table` does not exist: forgets that it was checked, then
+    /// checks it again (every data table at once for a data table), which
+    /// re-creates it with its usual descriptor when `create_tables` is on.
+    pub fn recover(&self, pool: &Pool, table: &str) -> Result<(), StorageError> {
+        self.forget(table);
+        // It was used as existing: creating it now is a re-creation.
+        locked(&self.seen).insert(table.to_string());
+        if self.data.iter().any(|t| t == table) {
+            self.ensure_data(pool)
+        } else {
+            self.ensure_meta_table(pool, table)
+        }
+    }
+
+    /// Forgets that `table` was checked, so the next use checks it again.
+    pub fn forget(&self, table: &str) {
+        if self.data.iter().any(|t| t == table) {
+            self.data_ready.store(false, Ordering::Release);
+        } else {
+            locked(&self.meta_ready).remove(table);
         }
     }
 
@@ -81,17 +138,15 @@ impl Tables {
     /// Makes sure `<client_id>_dedupers` exists before the client's first
     /// deduper is written. Same errors as [`Tables::ensure_data`].
     pub fn ensure_meta(&self, pool: &Pool, client_id: &str) -> Result<(), StorageError> {
-        let table = layout::meta_table(client_id);
-        if self
-            .meta_ready
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(&table)
-        {
+        self.ensure_meta_table(pool, &layout::meta_table(client_id))
+    }
+
+    fn ensure_meta_table(&self, pool: &Pool, table: &str) -> Result<(), StorageError> {
+        if locked(&self.meta_ready).contains(table) {
             return Ok(());
         }
-        self.ensure(pool, &table, layout::META_FAMILY, meta_family)?;
-        self.meta_ready.lock().unwrap_or_else(|p| p.into_inner()).insert(table);
+        self.ensure(pool, table, layout::META_FAMILY, meta_family)?;
+        locked(&self.meta_ready).insert(table.to_string());
         Ok(())
     }
 
@@ -116,26 +171,37 @@ impl Tables {
                      recreate it with deploy/hbase/create-tables.hbase"
                 )));
             }
+            locked(&self.seen).insert(table.to_string());
             return Ok(());
         }
+        let again = locked(&self.seen).contains(table);
         if !self.create {
+            let gone = if again { " any more (dropped?)" } else { "" };
             return Err(StorageError::Unavailable(format!(
-                "HBase table {table} does not exist and storage.hbase.create_tables is false; \
+                "HBase table {table} does not exist{gone} and storage.hbase.create_tables is false; \
                  create it with deploy/hbase/create-tables.hbase"
             )));
         }
-        match pool.call(Retry::Once, |c| c.create_table(table.into(), vec![descriptor()])) {
-            Ok(()) => {
-                tracing::info!(
-                    table,
-                    "created HBase table (one region; see deploy/hbase for pre-split tables)"
-                );
-                Ok(())
-            }
+        let created = match pool.call(Retry::Once, |c| c.create_table(table.into(), vec![descriptor()])) {
+            Ok(()) => true,
             // Another replica created it first: just as good.
-            Err(HbaseError::AlreadyExists(_)) => Ok(()),
-            Err(e) => Err(e.into_storage(&format!("createTable {table}"))),
+            Err(HbaseError::AlreadyExists(_)) => false,
+            Err(e) => return Err(e.into_storage(&format!("createTable {table}"))),
+        };
+        locked(&self.seen).insert(table.to_string());
+        if created && again {
+            tracing::warn!(
+                table,
+                "HBase table disappeared (dropped, or HBase lost it); re-created it empty \
+                 (one region; see deploy/hbase for pre-split tables)"
+            );
+        } else if created {
+            tracing::info!(
+                table,
+                "created HBase table (one region; see deploy/hbase for pre-split tables)"
+            );
         }
+        Ok(())
     }
 }
 
