@@ -89,7 +89,11 @@ async fn metrics_move_during_a_replay_and_failures_log_one_line() {
     assert_eq!(m("solus_requests_in_flight", &[]), Some(0.0));
     assert_eq!(m("solus_dedupers", &[]), Some(1.0));
     // Error series exist from the start, at zero, for alerts to match.
-    assert_eq!(m("solus_storage_errors_total", &[("op", "write_bits")]), Some(0.0), "{page}");
+    assert_eq!(
+        m("solus_storage_errors_total", &[("op", "write_bits")]),
+        Some(0.0),
+        "{page}"
+    );
     assert!(page.contains("# HELP solus_requests_total"), "{page}");
     let before = m("solus_requests_total", &[("rpc", "AddIfAbsent"), ("code", "OK")]).unwrap_or(0.0);
 
