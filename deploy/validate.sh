@@ -19,8 +19,15 @@ if [ "$("$VENV/bin/kubernetes-validate" --version 2>/dev/null)" != "$KV_VERSION"
     echo "deploy/validate.sh: installing kubernetes-validate $KV_VERSION into $VENV" >&2
     rm -rf "$VENV"
     python3 -m venv "$VENV"
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
-        "kubernetes-validate==$KV_VERSION"
+    # A registry hiccup should not fail CI: three tries, with a pause between.
+    for attempt in 1 2 3; do
+        if "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
+            "kubernetes-validate==$KV_VERSION"; then
+            break
+        fi
+        [ "$attempt" -lt 3 ] || { echo "deploy/validate.sh: cannot install kubernetes-validate" >&2; exit 1; }
+        sleep $((attempt * 10))
+    done
 fi
 
 exec "$VENV/bin/python" deploy/check-manifests.py
