@@ -113,7 +113,8 @@ impl Plan {
                 keyed.push(((u64::from(shard) << 32) | u64::from(b), keyed.len() as u32));
             }
         }
-        keyed.sort_unstable();
+        // Keys use few distinct high bytes, which radix sort skips.
+        radsort::sort_by_key(&mut keyed, |&(key, _)| key);
         let mut addrs: Vec<BitAddr> = Vec::with_capacity(keyed.len());
         let mut index = vec![0u32; keyed.len()];
         let mut last = None;
