@@ -41,7 +41,14 @@ impl Page {
     /// Marks the page dirty even when nothing changed: the writer's journal
     /// record may be checkpointed away, so the page must be saved after it.
     fn raise(&self, i: usize, stamp: u32) -> u32 {
-        let prev = self.stamps[i].fetch_max(stamp, Ordering::AcqRel);
+        // Most raises within one second find the same stamp already there:
+        // a plain load then skips the locked read-modify-write.
+        let current = self.stamps[i].load(Ordering::Acquire);
+        let prev = if current >= stamp {
+            current
+        } else {
+            self.stamps[i].fetch_max(stamp, Ordering::AcqRel)
+        };
         if !self.dirty.load(Ordering::Acquire) {
             self.dirty.store(true, Ordering::Release);
         }
