@@ -120,7 +120,9 @@ pub async fn run_compare(a: CompareArgs) -> anyhow::Result<()> {
             .arg("serve")
             .env("SOLUS__SERVER__LISTEN", format!("127.0.0.1:{solus_port}"))
             .env("SOLUS__STORAGE__EMBEDDED__PATH", &data)
-            .env("SOLUS__STORAGE__EMBEDDED__CHECKPOINT_INTERVAL_MS", "1000")
+            // Checkpoints a third as often as the default, so the memory and
+            // disk figures can be read after one without a long wait.
+            .env("SOLUS__STORAGE__EMBEDDED__CHECKPOINT_INTERVAL_MS", "10000")
             .env("SOLUS__LOG__LEVEL", "warn")
             .env("SOLUS__METRICS__LISTEN", "")
             .stdout(Stdio::null())
@@ -188,7 +190,8 @@ pub async fn run_compare(a: CompareArgs) -> anyhow::Result<()> {
     let solus_load = driver::run(&load).await?;
     load.redis = Some(redis_url.clone());
     let redis_load = driver::run(&load).await?;
-    tokio::time::sleep(Duration::from_secs(3)).await; // let a checkpoint run
+    eprintln!("waiting 11 s for a checkpoint before reading memory and disk...");
+    tokio::time::sleep(Duration::from_secs(11)).await;
     let entities = solus_load.entities.max(1);
     let solus_rss = rss_bytes(pid)?.saturating_sub(rss0);
     let solus_disk = disk_bytes(&data).saturating_sub(disk0);
