@@ -384,7 +384,17 @@ fn rss_kib() -> u64 {
 }
 
 proptest! {
-    #![proptest_config(Config { cases: 400, failure_persistence: None, ..Config::default() })]
+    // A fixed seed: CI runs the same 400 cases every time (a new failure is
+    // a regression, not a lucky draw); PROPTEST_RNG_SEED overrides it to explore.
+    #![proptest_config(Config {
+        cases: 400,
+        failure_persistence: None,
+        rng_seed: std::env::var("PROPTEST_RNG_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .map_or(proptest::test_runner::RngSeed::Fixed(20_261_130), proptest::test_runner::RngSeed::Fixed),
+        ..Config::default()
+    })]
 
     /// Arbitrary bytes as any RPC's message: bytes that are not the request
     /// message get INVALID_ARGUMENT (tonic alone would say INTERNAL); bytes
@@ -401,9 +411,12 @@ proptest! {
             code_of(r)
         });
         if decodes(method, &bytes) {
+            // RESOURCE_EXHAUSTED only as the embedded store's memory budget
+            // refusing a huge CreateDeduper, which the message names.
             prop_assert!(
                 matches!(code, Code::Ok | Code::InvalidArgument | Code::NotFound
-                    | Code::FailedPrecondition | Code::AlreadyExists),
+                    | Code::FailedPrecondition | Code::AlreadyExists)
+                    || (code == Code::ResourceExhausted && message.contains("storage.embedded.max_memory_mib")),
                 "{}: {:?} {}", METHODS[method], code, message
             );
         } else {
