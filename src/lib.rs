@@ -7,6 +7,7 @@
 pub mod api;
 pub mod auth;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod contract;
 pub mod deduper;

@@ -131,7 +131,7 @@ pub async fn run(a: ReplayArgs) -> anyhow::Result<()> {
     let prefix = a
         .prefix
         .clone()
-        .unwrap_or_else(|| format!("run-{}/", crate::engine::now_ms()));
+        .unwrap_or_else(|| format!("run-{}/", crate::clock::now_ms()));
     let mut client = DeduperServiceClient::new(connect(&a.target).await?)
         .max_decoding_message_size(64 << 20)
         .max_encoding_message_size(64 << 20);

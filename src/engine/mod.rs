@@ -4,8 +4,9 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
+use crate::clock::now_ms;
 use crate::contract::hashing;
 use crate::deduper::{self, Deduper, Level, ModelError, SizeLimits, Sizing};
 use crate::storage::{BitAddr, Cell, StorageError, Store};
@@ -74,13 +75,6 @@ pub struct CreateSpec {
 /// How long a looked-up deduper config is trusted before re-reading it
 /// (other replicas may have updated it).
 const CONFIG_CACHE_TTL: Duration = Duration::from_secs(2);
-
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
 
 /// (client id, deduper name).
 type CacheKey = (String, String);

@@ -9,8 +9,8 @@ use hbase_emulator::{Clock, Emulator, ManualClock};
 use hbase_thrift::hbase::{TCell, THbaseSyncClient, TScan};
 use serde_json::Value;
 use solus::api::pb::{self, Level};
+use solus::clock::now_ms;
 use solus::contract::layout;
-use solus::engine::now_ms;
 
 use super::raw_client;
 use crate::common::*;

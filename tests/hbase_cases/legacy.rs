@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use hbase_thrift::hbase::{BatchMutation, Mutation, THbaseSyncClient};
+use solus::clock::now_ms;
 use solus::contract::{hashing, layout};
-use solus::engine::now_ms;
 
 use super::{Raw, raw_client};
 use crate::common::*;

@@ -23,13 +23,14 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use serde::Deserialize;
 
 use self::filter::{Filter, expire_ms_of, stamp_of};
 use super::{BitAddr, Cell, StorageError, Store};
+use crate::clock::now_ms;
 use crate::deduper::Deduper;
 
 /// Settings of the embedded store (`storage.embedded.*`).
@@ -73,12 +74,6 @@ impl Default for EmbeddedConfig {
 
 fn unavailable(e: impl std::fmt::Display) -> StorageError {
     StorageError::Unavailable(format!("embedded store: {e}"))
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// One deduper's in-memory bits, plus the lock that makes read-and-write atomic.

@@ -72,9 +72,9 @@ use self::pool::{Pool, Retry};
 use self::tables::Tables;
 pub use self::tables::{data_family, meta_family};
 use super::{BitAddr, Cell, StorageError, Store};
+use crate::clock::now_ms;
 use crate::contract::layout;
 use crate::deduper::{Deduper, Level};
-use crate::engine::now_ms;
 
 /// The HBase store; see the module docs.
 pub struct HbaseStore {
