@@ -43,6 +43,30 @@ pub struct Deduper {
 }
 
 impl Deduper {
+    /// A new, active deduper created at `now_ms` (ms since the Unix epoch),
+    /// without sizing inputs; `expiry_seconds` in seconds.
+    pub fn new(
+        client_id: impl Into<String>,
+        name: impl Into<String>,
+        geometry: Geometry,
+        expiry_seconds: u64,
+        level: Level,
+        now_ms: i64,
+    ) -> Deduper {
+        Deduper {
+            client_id: client_id.into(),
+            name: name.into(),
+            geometry,
+            expiry_seconds,
+            active: true,
+            level,
+            create_time_ms: now_ms,
+            update_time_ms: now_ms,
+            expected_insertions: None,
+            false_positive_rate: None,
+        }
+    }
+
     /// The TTL to use for an add, in ms: `ttl_ms`, or `expiry_seconds` when 0.
     ///
     /// Errors with [`ModelError::TtlTooLong`] when `ttl_ms` exceeds
@@ -252,22 +276,18 @@ mod tests {
 
     #[test]
     fn ttl_defaults_to_expiry_and_is_capped_by_it() {
-        let d = Deduper {
-            client_id: "c".into(),
-            name: "d".into(),
-            geometry: Geometry {
+        let d = Deduper::new(
+            "c",
+            "d",
+            Geometry {
                 hash_functions: 1,
                 shards: 1,
                 bits_per_shard: 1,
             },
-            expiry_seconds: 60,
-            active: true,
-            level: Level::Global,
-            create_time_ms: 0,
-            update_time_ms: 0,
-            expected_insertions: None,
-            false_positive_rate: None,
-        };
+            60,
+            Level::Global,
+            0,
+        );
         assert_eq!(d.effective_ttl_ms(0), Ok(60_000));
         assert_eq!(d.effective_ttl_ms(60_000), Ok(60_000));
         assert!(matches!(d.effective_ttl_ms(60_001), Err(ModelError::TtlTooLong { .. })));

@@ -336,16 +336,16 @@ impl Engine {
         };
         let now = now_ms();
         let d = Deduper {
-            client_id: spec.client_id,
-            name: spec.name,
-            geometry,
-            expiry_seconds: spec.expiry_seconds,
-            active: true,
-            level: spec.level,
-            create_time_ms: now,
-            update_time_ms: now,
             expected_insertions: n,
             false_positive_rate: p,
+            ..Deduper::new(
+                spec.client_id,
+                spec.name,
+                geometry,
+                spec.expiry_seconds,
+                spec.level,
+                now,
+            )
         };
         let store = self.store.clone();
         let created = d.clone();

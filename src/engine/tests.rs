@@ -123,22 +123,18 @@ async fn one_storage_call_per_request_whatever_the_batch() {
 
 #[tokio::test]
 async fn plan_groups_duplicate_bits_and_keeps_entity_order() {
-    let d = Deduper {
-        client_id: "c".into(),
-        name: "d".into(),
-        geometry: Geometry {
+    let d = Deduper::new(
+        "c",
+        "d",
+        Geometry {
             hash_functions: 3,
             shards: 1,
             bits_per_shard: 2,
         },
-        expiry_seconds: 60,
-        active: true,
-        level: Level::Global,
-        create_time_ms: 0,
-        update_time_ms: 0,
-        expected_insertions: None,
-        false_positive_rate: None,
-    };
+        60,
+        Level::Global,
+        0,
+    );
     let plan = Plan::build(&d, &[b"a".as_slice(), b"b", b"a"]);
     assert!(plan.addrs.len() <= 2, "two bits in the only shard: {:?}", plan.addrs);
     assert_eq!(plan.entity_bits(0), plan.entity_bits(2), "same entity, same bits");

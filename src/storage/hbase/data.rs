@@ -203,22 +203,12 @@ mod tests {
     use crate::deduper::Level;
 
     fn deduper() -> Deduper {
-        Deduper {
-            client_id: "client-a".into(),
-            name: "orders".into(),
-            geometry: Geometry {
-                hash_functions: 2,
-                shards: 4,
-                bits_per_shard: 100,
-            },
-            expiry_seconds: 60,
-            active: true,
-            level: Level::Global,
-            create_time_ms: 0,
-            update_time_ms: 0,
-            expected_insertions: None,
-            false_positive_rate: None,
-        }
+        let geometry = Geometry {
+            hash_functions: 2,
+            shards: 4,
+            bits_per_shard: 100,
+        };
+        Deduper::new("client-a", "orders", geometry, 60, Level::Global, 0)
     }
 
     fn addrs(pairs: &[(u32, u32)]) -> Vec<BitAddr> {
