@@ -14,7 +14,7 @@ use solus::api::pb::deduper_admin_service_client::DeduperAdminServiceClient;
 use solus::api::pb::deduper_service_client::DeduperServiceClient;
 use tonic::transport::Channel;
 
-use common::{create_np, ents};
+use common::{absent_all, create_np, ents};
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
@@ -99,23 +99,11 @@ async fn kill_during_adds(fsync: bool) {
     let mut child = spawn_server(port, &data, fsync);
     let channel = connect(port).await;
     let mut client = DeduperServiceClient::new(channel);
-    let mut missing = 0;
-    for chunk in acked.chunks(5000) {
-        let req = pb::CheckAbsenceRequest {
-            client_id: "c".into(),
-            deduper: "d".into(),
-            entities: ents(chunk),
-        };
-        missing += client
-            .check_absence(req)
-            .await
-            .unwrap()
-            .into_inner()
-            .absent
-            .iter()
-            .filter(|a| **a)
-            .count();
-    }
+    let missing = absent_all(&mut client, "c", "d", &acked)
+        .await
+        .iter()
+        .filter(|a| **a)
+        .count();
     child.kill().unwrap();
     child.wait().unwrap();
     assert_eq!(

@@ -230,3 +230,30 @@ pub async fn add_if_absent(s: &TestServer, client: &str, deduper: &str, items: &
 pub fn shared_data(name: &str) -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data")).join(name)
 }
+
+/// CheckAbsence of any number of entities, in requests of 5,000; the
+/// answers in order.
+pub async fn absent_all<S: AsRef<[u8]>>(
+    client: &mut DeduperServiceClient<Channel>,
+    client_id: &str,
+    deduper: &str,
+    items: &[S],
+) -> Vec<bool> {
+    let mut out = Vec::with_capacity(items.len());
+    for chunk in items.chunks(5000) {
+        let req = pb::CheckAbsenceRequest {
+            client_id: client_id.into(),
+            deduper: deduper.into(),
+            entities: ents(chunk),
+        };
+        out.extend(
+            client
+                .check_absence(req)
+                .await
+                .expect("CheckAbsence")
+                .into_inner()
+                .absent,
+        );
+    }
+    out
+}

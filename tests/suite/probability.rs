@@ -44,45 +44,18 @@ pub async fn false_positive_rate_at_design_load(b: &TestBackend) {
         };
         data.add(req).await.unwrap();
     }
-    let mut false_positives = 0usize;
-    for chunk in queried.chunks(5000) {
-        let req = pb::CheckAbsenceRequest {
-            client_id: "c".into(),
-            deduper: "fp".into(),
-            entities: ents(chunk),
-        };
-        false_positives += data
-            .check_absence(req)
-            .await
-            .unwrap()
-            .into_inner()
-            .absent
-            .iter()
-            .filter(|a| !**a)
-            .count();
-    }
+    let false_positives = absent_all(&mut data, "c", "fp", queried)
+        .await
+        .iter()
+        .filter(|a| !**a)
+        .count();
     let rate = false_positives as f64 / queried.len() as f64;
     assert!(
         (0.0075..0.0125).contains(&rate),
         "observed false-positive rate {rate} for p = {p}"
     );
     // And no false negatives among the inserted ones.
-    for chunk in inserted.chunks(5000) {
-        let req = pb::CheckAbsenceRequest {
-            client_id: "c".into(),
-            deduper: "fp".into(),
-            entities: ents(chunk),
-        };
-        assert!(
-            data.check_absence(req)
-                .await
-                .unwrap()
-                .into_inner()
-                .absent
-                .iter()
-                .all(|a| !a)
-        );
-    }
+    assert!(absent_all(&mut data, "c", "fp", inserted).await.iter().all(|a| !a));
 }
 
 /// `solus replay` of 100,000 npm download-weighted events: 0 false negatives,
