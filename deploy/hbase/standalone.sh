@@ -1,0 +1,295 @@
+#!/usr/bin/env bash
+# A real Apache HBase on this machine, for development and CI: standalone mode
+# (master, region server and ZooKeeper in one JVM, data on the local
+# filesystem, no HDFS) plus HBase's Thrift1 server, all from Maven Central
+# jars (deploy/hbase/standalone/pom.xml). Needs Java 11+ (17 tested) and Maven.
+#
+#   deploy/hbase/standalone.sh start DIR THRIFT_PORT [FRAMED_PORT]
+#       Starts HBase with its data, logs and pid files under DIR, and the
+#       Thrift1 server on 127.0.0.1:THRIFT_PORT speaking what Solus's defaults
+#       speak (buffered transport, binary protocol). With FRAMED_PORT, a second
+#       Thrift1 server on 127.0.0.1:FRAMED_PORT uses the framed transport
+#       (2 MiB frame limit, HBase's default). Returns 0 once the Thrift port
+#       answers getTableNames and a scan of hbase:meta; otherwise, after
+#       SOLUS_HBASE_START_TIMEOUT seconds (default 240), prints the logs' tail,
+#       stops what it started and returns 1. Whatever is already running for
+#       DIR is left running, so `start` after a kill restarts only what died,
+#       on the same data and ports.
+#   deploy/hbase/standalone.sh stop DIR
+#       Stops what `start` started (by pid: SIGTERM, SIGKILL after 60 s).
+#   deploy/hbase/standalone.sh status DIR
+#       Prints which processes run; exit 0 when all do.
+#   deploy/hbase/standalone.sh shell DIR [FILE [ARGS...]]
+#       The HBase shell (JRuby, from the hbase-shell artifact) against that
+#       HBase: interactive, or running FILE (e.g. deploy/hbase/create-tables.hbase).
+#
+# Environment:
+#   SOLUS_HBASE_CACHE          jar classpath cache (default ~/.cache/solus-hbase);
+#                              the jars themselves live in Maven's local repository
+#   SOLUS_HBASE_HEAP           master/region-server heap (default 768m)
+#   SOLUS_HBASE_THRIFT_HEAP    each Thrift server's heap (default 256m)
+#   SOLUS_HBASE_START_TIMEOUT  seconds to wait for readiness (default 240)
+#   JAVA_HOME                  Java to use (default: java on the PATH)
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")" && pwd)"
+project="$here/standalone"
+cache="${SOLUS_HBASE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/solus-hbase}"
+heap="${SOLUS_HBASE_HEAP:-768m}"
+thrift_heap="${SOLUS_HBASE_THRIFT_HEAP:-256m}"
+timeout_s="${SOLUS_HBASE_START_TIMEOUT:-240}"
+java="${JAVA_HOME:+$JAVA_HOME/bin/}java"
+
+die() { echo "standalone.sh: $*" >&2; exit 1; }
+usage() { sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+
+# JVM flags HBase's own launcher (bin/hbase, 2.5+) sets on JDK 17.
+jdk17_flags=(
+  -XX:+UseG1GC
+  -Dorg.apache.hbase.thirdparty.io.netty.tryReflectionSetAccessible=true
+  --add-modules jdk.unsupported
+  --add-opens java.base/java.nio=ALL-UNNAMED
+  --add-opens java.base/sun.nio.ch=ALL-UNNAMED
+  --add-opens java.base/java.lang=ALL-UNNAMED
+  --add-opens java.base/jdk.internal.ref=ALL-UNNAMED
+  --add-opens java.base/java.lang.reflect=ALL-UNNAMED
+  --add-exports java.base/jdk.internal.misc=ALL-UNNAMED
+  --add-exports java.security.jgss/sun.security.krb5=ALL-UNNAMED
+  --add-exports java.base/sun.net.dns=ALL-UNNAMED
+  --add-exports java.base/sun.net.util=ALL-UNNAMED
+)
+
+need_tools() {
+  command -v "$java" >/dev/null 2>&1 || die "java not found (install a JDK 11+, e.g. apt-get install openjdk-17-jdk-headless, or set JAVA_HOME)"
+  local v
+  v="$("$java" -version 2>&1 | awk -F'"' '/version/ {print $2}' | cut -d. -f1)"
+  [[ "$v" =~ ^[0-9]+$ && "$v" -ge 11 ]] || die "Java 11 or newer needed, found '$v' ($java)"
+  command -v mvn >/dev/null 2>&1 || die "mvn not found (install Maven, e.g. apt-get install maven)"
+}
+
+# The classpath of a Maven project's pinned artifacts (default: the server's),
+# resolved once per pom version.
+classpath() {
+  local pom_dir="${1:-$project}" key cp_file
+  key="$(sha256sum "$pom_dir/pom.xml" | cut -c1-16)"
+  cp_file="$cache/classpath-$key.txt"
+  if [[ ! -s "$cp_file" ]]; then
+    mkdir -p "$cache"
+    echo "standalone.sh: resolving jars of $pom_dir/pom.xml with Maven (once; cached in $cache and ~/.m2)" >&2
+    local log="$cache/resolve-$key.log"
+    if ! (cd "$pom_dir" && mvn -B -q dependency:build-classpath \
+          -Dmdep.outputFile="$cp_file.tmp" >"$log" 2>&1); then
+      tail -n 30 "$log" >&2
+      die "Maven could not resolve the jars of $pom_dir/pom.xml (log: $log)"
+    fi
+    mv "$cp_file.tmp" "$cp_file"
+  fi
+  cat "$cp_file"
+}
+
+alive() { [[ -f "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+free_port() {
+  local p
+  for _ in $(seq 1 200); do
+    p=$((20000 + RANDOM % 30000))
+    if port_free "$p"; then echo "$p"; return; fi
+  done
+  die "no free port found for ZooKeeper"
+}
+
+write_conf() {
+  local dir="$1" zk_port="$2"
+  mkdir -p "$dir/conf" "$dir/logs" "$dir/hbase" "$dir/zk" "$dir/tmp"
+  cat >"$dir/conf/hbase-site.xml" <<EOF
+<?xml version="1.0"?>
+<configuration>
+  <property><name>hbase.cluster.distributed</name><value>false</value></property>
+  <property><name>hbase.rootdir</name><value>file://$dir/hbase</value></property>
+  <property><name>hbase.tmp.dir</name><value>$dir/tmp</value></property>
+  <property><name>hbase.zookeeper.quorum</name><value>127.0.0.1</value></property>
+  <property><name>hbase.zookeeper.property.clientPort</name><value>$zk_port</value></property>
+  <property><name>hbase.zookeeper.property.dataDir</name><value>$dir/zk</value></property>
+  <!-- The local filesystem has no hflush/hsync: HBase refuses to write its WAL there unless told. -->
+  <property><name>hbase.unsafe.stream.capability.enforce</name><value>false</value></property>
+  <property><name>hbase.master.ipc.address</name><value>127.0.0.1</value></property>
+  <property><name>hbase.regionserver.ipc.address</name><value>127.0.0.1</value></property>
+  <property><name>hbase.master.info.port</name><value>-1</value></property>
+  <property><name>hbase.regionserver.info.port</name><value>-1</value></property>
+  <property><name>hbase.thrift.info.port</name><value>-1</value></property>
+  <!-- Small machine: fewer handler threads than a production region server. -->
+  <property><name>hbase.regionserver.handler.count</name><value>16</value></property>
+</configuration>
+EOF
+  cat >"$dir/conf/log4j2.properties" <<'EOF'
+status = warn
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{ISO8601} %-5p [%t] %c{2}: %.1000m%n
+rootLogger = INFO,console
+logger.zookeeper.name = org.apache.zookeeper
+logger.zookeeper.level = WARN
+logger.hadoop.name = org.apache.hadoop
+logger.hadoop.level = WARN
+logger.hbase.name = org.apache.hadoop.hbase
+logger.hbase.level = INFO
+EOF
+}
+
+run_java() { # DIR HEAP PIDFILE LOG CLASS ARGS...
+  local dir="$1" h="$2" pidfile="$3" log="$4"; shift 4
+  nohup "$java" -Xms64m -Xmx"$h" -XX:OnOutOfMemoryError="kill -9 %p" "${jdk17_flags[@]}" \
+    -Djava.util.logging.config.class=org.apache.hadoop.hbase.logging.JulToSlf4jInitializer \
+    -Dlog4j.configurationFile="$dir/conf/log4j2.properties" \
+    -Dhbase.log.dir="$dir/logs" -Djava.io.tmpdir="$dir/tmp" \
+    -cp "$dir/conf:$(classpath)" "$@" >>"$log" 2>&1 </dev/null &
+  echo $! >"$pidfile"
+}
+
+tail_logs() {
+  local dir="$1" f
+  for f in "$dir"/logs/*.log; do
+    [[ -f "$f" ]] || continue
+    echo "---- last lines of $f" >&2
+    tail -n 40 "$f" >&2
+  done
+}
+
+cmd_start() {
+  [[ $# -ge 2 && $# -le 3 ]] || usage
+  local dir thrift_port="$2" framed_port="${3:-}"
+  [[ "$thrift_port" =~ ^[0-9]+$ ]] || die "THRIFT_PORT must be a port number, got '$thrift_port'"
+  [[ -z "$framed_port" || "$framed_port" =~ ^[0-9]+$ ]] || die "FRAMED_PORT must be a port number, got '$framed_port'"
+  mkdir -p "$1"
+  dir="$(cd "$1" && pwd)"
+  need_tools
+  classpath >/dev/null
+  classpath "$project/shell" >/dev/null
+
+  if ! alive "$dir/master.pid"; then
+    local zk_port
+    if [[ -f "$dir/zk.port" ]]; then
+      zk_port="$(cat "$dir/zk.port")" # restart on the same data: same ZooKeeper port
+    else
+      zk_port="$(free_port)"
+      echo "$zk_port" >"$dir/zk.port"
+    fi
+    port_free "$zk_port" || die "ZooKeeper port $zk_port (from $dir/zk.port) is taken; stop what uses it or remove $dir/zk.port"
+    write_conf "$dir" "$zk_port"
+    echo "standalone.sh: starting HBase master + region server + ZooKeeper (127.0.0.1:$zk_port), data in $dir/hbase" >&2
+    run_java "$dir" "$heap" "$dir/master.pid" "$dir/logs/master.log" \
+      -Dproc_master org.apache.hadoop.hbase.master.HMaster start
+  fi
+  start_thrift "$dir" "$thrift_port" thrift buffered
+  [[ -z "$framed_port" ]] || start_thrift "$dir" "$framed_port" thrift-framed framed
+
+  local ready_args=("$thrift_port" buffered)
+  if ! wait_ready "$dir" "${ready_args[@]}" || { [[ -n "$framed_port" ]] && ! wait_ready "$dir" "$framed_port" framed; }; then
+    tail_logs "$dir"
+    cmd_stop "$dir" >&2 || true
+    die "HBase did not become ready (wait limit ${timeout_s} s; logs in $dir/logs)"
+  fi
+}
+
+start_thrift() { # DIR PORT NAME buffered|framed
+  local dir="$1" port="$2" name="$3" transport="$4"
+  alive "$dir/$name.pid" && return 0
+  port_free "$port" || die "Thrift port $port is taken; pick another THRIFT_PORT"
+  echo "$port" >"$dir/$name.port"
+  local flags=(-p "$port" --bind 127.0.0.1)
+  [[ "$transport" == framed ]] && flags+=(-f)
+  echo "standalone.sh: starting HBase Thrift1 server on 127.0.0.1:$port ($transport transport, binary protocol)" >&2
+  run_java "$dir" "$thrift_heap" "$dir/$name.pid" "$dir/logs/$name.log" \
+    -Dproc_thrift org.apache.hadoop.hbase.thrift.ThriftServer "${flags[@]}" start
+}
+
+wait_ready() { # DIR PORT TRANSPORT: the probe runs while the started processes are watched
+  local dir="$1" port="$2" transport="$3" probe name
+  "$java" -cp "$dir/conf:$(classpath)" -Dlog4j.configurationFile="$dir/conf/log4j2.properties" \
+    -Dlog4j2.level=WARN "$project/WaitReady.java" 127.0.0.1 "$port" "$transport" "$timeout_s" \
+    2> >(grep -v -E '^[0-9-]+ [0-9:,]+ (INFO|WARN) ' >&2) &
+  probe=$!
+  while kill -0 "$probe" 2>/dev/null; do
+    for name in master thrift thrift-framed; do
+      if [[ -f "$dir/$name.pid" ]] && ! alive "$dir/$name.pid"; then
+        kill "$probe" 2>/dev/null || true
+        wait "$probe" 2>/dev/null || true
+        echo "standalone.sh: the $name process exited during start-up" >&2
+        return 1
+      fi
+    done
+    sleep 1
+  done
+  wait "$probe"
+}
+
+stop_pid() { # PIDFILE NAME
+  local pidfile="$1" name="$2" pid
+  alive "$pidfile" || { rm -f "$pidfile"; return 0; }
+  pid="$(cat "$pidfile")"
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 1 60); do
+    kill -0 "$pid" 2>/dev/null || { rm -f "$pidfile"; echo "standalone.sh: stopped $name (pid $pid)" >&2; return 0; }
+    sleep 1
+  done
+  kill -KILL "$pid" 2>/dev/null || true
+  rm -f "$pidfile"
+  echo "standalone.sh: killed $name (pid $pid) after 60 s" >&2
+}
+
+cmd_stop() {
+  [[ $# -eq 1 ]] || usage
+  [[ -d "$1" ]] || die "no such directory: $1"
+  local dir
+  dir="$(cd "$1" && pwd)"
+  stop_pid "$dir/thrift-framed.pid" "Thrift1 server (framed)"
+  stop_pid "$dir/thrift.pid" "Thrift1 server"
+  stop_pid "$dir/master.pid" "HBase master"
+}
+
+cmd_status() {
+  [[ $# -eq 1 ]] || usage
+  local dir="$1" ok=0 name
+  for name in master thrift thrift-framed; do
+    if alive "$dir/$name.pid"; then
+      echo "$name: running (pid $(cat "$dir/$name.pid"))"
+    elif [[ "$name" != thrift-framed || -f "$dir/thrift-framed.port" ]]; then
+      echo "$name: not running"; ok=1
+    fi
+  done
+  return $ok
+}
+
+cmd_shell() {
+  [[ $# -ge 1 ]] || usage
+  local dir
+  dir="$(cd "$1" && pwd)"; shift
+  [[ -f "$dir/conf/hbase-site.xml" ]] || die "$dir has no HBase started by this script (run start first)"
+  need_tools
+  # The shell runs on its own 2.4.17 classpath (see standalone/shell/pom.xml),
+  # JRuby first as bin/hbase puts it. HBase 2.4 logs through log4j 1.
+  local cp jruby
+  cp="$(classpath "$project/shell")"
+  jruby="$(tr ':' '\n' <<<"$cp" | grep '/jruby-complete-[^/]*\.jar$' | head -n 1)"
+  [[ -n "$jruby" ]] || die "jruby-complete is missing from the shell's classpath"
+  printf '%s\n' 'log4j.rootLogger=WARN,console' 'log4j.appender.console=org.apache.log4j.ConsoleAppender' \
+    'log4j.appender.console.target=System.err' 'log4j.appender.console.layout=org.apache.log4j.PatternLayout' \
+    'log4j.appender.console.layout.ConversionPattern=%d{ISO8601} %-5p %c{2}: %m%n' \
+    'log4j.logger.org.apache.zookeeper=ERROR' 'log4j.logger.org.apache.hadoop=ERROR' >"$dir/conf/log4j-shell.properties"
+  # The shell's entry point in the hbase-shell jar (bin/hbase shell runs the same).
+  "$java" -Xmx256m "${jdk17_flags[@]}" --add-opens java.base/java.io=ALL-UNNAMED \
+    -Dlog4j.configuration="file:$dir/conf/log4j-shell.properties" \
+    -cp "$jruby:$dir/conf:$cp" org.jruby.JarBootstrapMain "$@"
+}
+
+case "${1:-}" in
+  start) shift; cmd_start "$@" ;;
+  stop) shift; cmd_stop "$@" ;;
+  status) shift; cmd_status "$@" ;;
+  shell) shift; cmd_shell "$@" ;;
+  *) usage ;;
+esac
