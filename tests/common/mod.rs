@@ -14,6 +14,9 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 
+pub mod real_hbase;
+pub use real_hbase::{RawClient, RealHbase, connect_raw};
+
 /// A storage backend the suite runs against.
 pub struct TestBackend {
     pub name: &'static str,
@@ -23,6 +26,8 @@ pub struct TestBackend {
     pub atomic_add_if_absent: bool,
     /// The in-process HBase emulator the settings point at (HBase only).
     pub emulator: Option<Arc<hbase_emulator::EmulatorHandle>>,
+    /// The real HBase the settings point at, held exclusively by this test.
+    pub real: Option<(&'static RealHbase, Arc<real_hbase::Exclusive>)>,
     _dir: Arc<tempfile::TempDir>,
 }
 
@@ -40,6 +45,7 @@ impl TestBackend {
             settings,
             atomic_add_if_absent: true,
             emulator: None,
+            real: None,
             _dir: dir,
         }
     }
@@ -52,24 +58,86 @@ impl TestBackend {
 
     /// The HBase store against a given emulator (e.g. one with a manual clock).
     pub fn hbase_on(emulator: hbase_emulator::EmulatorHandle) -> TestBackend {
+        let settings = Self::hbase_settings(emulator.addr());
+        TestBackend {
+            name: "hbase",
+            settings,
+            atomic_add_if_absent: false,
+            emulator: Some(Arc::new(emulator)),
+            real: None,
+            _dir: Arc::new(tempfile::tempdir().expect("temp dir")),
+        }
+    }
+
+    /// The HBase store against the real Apache HBase of `real_hbase.rs`,
+    /// emptied and held for this test alone; `None` (the test then passes
+    /// without running) where no real HBase can be had.
+    pub fn real_hbase() -> Option<TestBackend> {
+        let real = RealHbase::get()?;
+        let exclusive = Arc::new(real.exclusive());
+        let mut settings = Self::hbase_settings(real.thrift);
+        // Real HBase is slower than the emulator (table creation, first region
+        // assignment, compactions on 2 cores).
+        settings.storage.hbase.read_timeout_ms = 20_000;
+        settings.storage.hbase.write_timeout_ms = 20_000;
+        settings.storage.hbase.connect_timeout_ms = 2_000;
+        Some(TestBackend {
+            name: "real-hbase",
+            settings,
+            atomic_add_if_absent: false,
+            emulator: None,
+            real: Some((real, exclusive)),
+            _dir: Arc::new(tempfile::tempdir().expect("temp dir")),
+        })
+    }
+
+    /// Another backend on the same storage, emptied: a new emulator, or the
+    /// same real HBase with its tables dropped.
+    pub fn fresh(&self) -> TestBackend {
+        match (&self.real, &self.emulator) {
+            (Some((real, exclusive)), _) => {
+                real.drop_user_tables();
+                TestBackend {
+                    name: self.name,
+                    settings: self.settings.clone(),
+                    atomic_add_if_absent: false,
+                    emulator: None,
+                    real: Some((real, exclusive.clone())),
+                    _dir: Arc::new(tempfile::tempdir().expect("temp dir")),
+                }
+            }
+            (None, Some(_)) => TestBackend::hbase(),
+            (None, None) => TestBackend::embedded(),
+        }
+    }
+
+    /// The Thrift1 address of the HBase backend (emulator or real).
+    pub fn thrift_addr(&self) -> SocketAddr {
+        match (&self.real, &self.emulator) {
+            (Some((real, _)), _) => real.thrift,
+            (None, Some(e)) => e.addr(),
+            (None, None) => panic!("not an HBase test backend"),
+        }
+    }
+
+    /// A plain Thrift1 client on the HBase backend, independent of Solus.
+    pub fn raw_thrift(&self) -> RawClient {
+        connect_raw(self.thrift_addr())
+    }
+
+    fn hbase_settings(thrift: SocketAddr) -> Settings {
         let mut settings = Settings::default();
         settings.storage.backend = solus::config::Backend::Hbase;
         settings.server.health_check_interval_ms = 200;
         // Many servers share this process: none serves /metrics.
         settings.metrics.listen = String::new();
         let h = &mut settings.storage.hbase;
-        h.addresses = vec![emulator.addr().to_string()];
+        h.addresses = vec![thrift.to_string()];
         h.connect_timeout_ms = 500;
         h.read_timeout_ms = 2_000;
         h.write_timeout_ms = 2_000;
         h.retry_backoff_ms = 20;
-        TestBackend {
-            name: "hbase",
-            settings,
-            atomic_add_if_absent: false,
-            emulator: Some(Arc::new(emulator)),
-            _dir: Arc::new(tempfile::tempdir().expect("temp dir")),
-        }
+        settings
     }
 
     /// The emulator of an HBase backend; panics for other backends.

@@ -3,38 +3,16 @@
 
 mod calls;
 mod faults;
-mod layout;
-mod legacy;
+mod ttl;
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use hbase_thrift::hbase::HbaseSyncClient;
-use thrift::protocol::{TBinaryInputProtocol, TBinaryOutputProtocol};
-use thrift::transport::{
-    ReadHalf, TBufferedReadTransport, TBufferedWriteTransport, TIoChannel, TTcpChannel, WriteHalf,
-};
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
 use crate::common::TestServer;
-
-/// A plain Thrift client, independent of the backend's pool and codec.
-pub type Raw = HbaseSyncClient<
-    TBinaryInputProtocol<TBufferedReadTransport<ReadHalf<TTcpChannel>>>,
-    TBinaryOutputProtocol<TBufferedWriteTransport<WriteHalf<TTcpChannel>>>,
->;
-
-pub fn raw_client(addr: SocketAddr) -> Raw {
-    let mut channel = TTcpChannel::new();
-    channel.open(addr).expect("connecting to the emulator");
-    let (r, w) = channel.split().unwrap();
-    HbaseSyncClient::new(
-        TBinaryInputProtocol::new(TBufferedReadTransport::new(r), true),
-        TBinaryOutputProtocol::new(TBufferedWriteTransport::new(w), true),
-    )
-}
+pub use crate::common::connect_raw as raw_client;
 
 /// Health of `solus.v1.DeduperService` right now (`Unknown` if unanswered).
 pub async fn data_health(s: &TestServer) -> ServingStatus {

@@ -18,7 +18,9 @@ pub use probability::*;
 pub use service::*;
 
 /// Generates one `#[tokio::test]` per suite function for a backend:
-/// `backend_suite!(TestBackend::embedded())`. The list lives here, once, so
+/// `backend_suite!(TestBackend::embedded())`, or for a backend that may be
+/// missing here, `backend_suite!(optional TestBackend::real_hbase())`
+/// (`None`: the test passes without running). The list lives here, once, so
 /// a new suite test runs against every backend.
 #[macro_export]
 macro_rules! backend_suite {
@@ -36,6 +38,30 @@ macro_rules! backend_suite {
             replay_npm_events,
             health_and_reflection,
         );
+    };
+    (optional $backend:expr) => {
+        $crate::backend_suite!(optional $backend;
+            admin_create_get_list_update,
+            admin_errors,
+            data_add_check_add_if_absent,
+            data_errors,
+            concurrent_add_if_absent_is_atomic,
+            ttl_expiry,
+            expiry_never_moves_backwards,
+            restart_keeps_data,
+            false_positive_rate_at_design_load,
+            replay_npm_events,
+            health_and_reflection,
+        );
+    };
+    (optional $backend:expr; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                let Some(backend) = $backend else { return };
+                suite::$name(&backend).await;
+            }
+        )*
     };
     ($backend:expr; $($name:ident),* $(,)?) => {
         $(

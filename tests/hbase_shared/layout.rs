@@ -2,17 +2,14 @@
 //! the contract's row keys, qualifiers and 8-byte values, cell timestamps =
 //! expiry, the `_ttl` cell TTL, the meta row, and the farm table.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::collections::BTreeSet;
 
-use hbase_emulator::{Clock, Emulator, ManualClock};
-use hbase_thrift::hbase::{TCell, THbaseSyncClient, TScan};
 use serde_json::Value;
 use solus::api::pb::{self, Level};
 use solus::clock::now_ms;
 use solus::contract::layout;
 
-use super::raw_client;
+use super::{all_row_keys, row};
 use crate::common::*;
 
 fn vectors() -> Vec<Value> {
@@ -31,33 +28,7 @@ fn unhex(s: &str) -> Vec<u8> {
         .collect()
 }
 
-fn row(client: &mut super::Raw, table: &str, key: &[u8]) -> BTreeMap<Vec<u8>, TCell> {
-    let rows = client.get_row(table.into(), key.to_vec(), BTreeMap::new()).unwrap();
-    rows.into_iter().next().and_then(|r| r.columns).unwrap_or_default()
-}
-
-fn all_row_keys(client: &mut super::Raw, table: &str) -> Vec<Vec<u8>> {
-    let scan = TScan {
-        start_row: None,
-        stop_row: None,
-        timestamp: None,
-        columns: None,
-        caching: None,
-        filter_string: None,
-        batch_size: None,
-        sort_columns: None,
-        reversed: None,
-        cache_blocks: None,
-    };
-    let id = client
-        .scanner_open_with_scan(table.into(), scan, BTreeMap::new())
-        .unwrap();
-    let rows = client.scanner_get_list(id, 10_000).unwrap();
-    client.scanner_close(id).unwrap();
-    rows.into_iter().map(|r| r.row.unwrap()).collect()
-}
-
-fn add_req(client: &str, deduper: &str, entity: Vec<u8>, ttl_ms: u64) -> pb::AddRequest {
+pub fn add_req(client: &str, deduper: &str, entity: Vec<u8>, ttl_ms: u64) -> pb::AddRequest {
     pb::AddRequest {
         client_id: client.into(),
         deduper: deduper.into(),
@@ -68,15 +39,14 @@ fn add_req(client: &str, deduper: &str, entity: Vec<u8>, ttl_ms: u64) -> pb::Add
 
 /// Every reference case (bar the empty entity, which the API refuses): one
 /// Add, then exactly the case's row, qualifiers and values in the table.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cells_carry_the_contract_layout() {
+pub async fn cells_carry_the_contract_layout(first: &TestBackend) {
     let mut checked = 0;
     for case in vectors() {
         let entity = unhex(case["entity_hex"].as_str().unwrap());
         if entity.is_empty() {
             continue;
         }
-        let b = TestBackend::hbase();
+        let b = first.fresh();
         let s = TestServer::start(&b).await;
         let num = |k: &str| case[k].as_u64().unwrap() as u32;
         let (client, deduper) = (case["client_id"].as_str().unwrap(), case["deduper"].as_str().unwrap());
@@ -95,7 +65,7 @@ async fn cells_carry_the_contract_layout() {
 
         let key = unhex(case["row_key_hex"].as_str().unwrap());
         assert_eq!(key, layout::data_row_key(num("shard"), client, deduper));
-        let mut raw = raw_client(b.emulator().addr());
+        let mut raw = b.raw_thrift();
         assert_eq!(
             all_row_keys(&mut raw, "solus_deduper"),
             std::slice::from_ref(&key),
@@ -125,46 +95,9 @@ async fn cells_carry_the_contract_layout() {
     assert_eq!(checked, 9);
 }
 
-/// The cell TTL is `expiry_seconds` in ms, counted from the cell timestamp
-/// (= the expiry time): HBase drops the cell exactly then, never earlier.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cell_ttl_is_the_deduper_expiry_after_the_expiry_time() {
-    let clock = Arc::new(ManualClock::starting_now());
-    let emulator = Emulator::builder()
-        .clock(clock.clone() as Arc<dyn Clock>)
-        .start("127.0.0.1:0")
-        .unwrap();
-    let b = TestBackend::hbase_on(emulator);
-    let s = TestServer::start(&b).await;
-    s.admin()
-        .create_deduper(create_geom("c", "d", 1, 1, 10, 60))
-        .await
-        .unwrap();
-    s.data().add(add_req("c", "d", b"x".to_vec(), 1_000)).await.unwrap();
-
-    let mut raw = raw_client(b.emulator().addr());
-    let key = layout::data_row_key(0, "c", "d");
-    let cells = row(&mut raw, "solus_deduper", &key);
-    assert_eq!(cells.len(), 1);
-    let expire = cells.values().next().unwrap().timestamp.unwrap();
-    clock.set_ms(expire + 60_000);
-    assert_eq!(
-        row(&mut raw, "solus_deduper", &key).len(),
-        1,
-        "kept until expiry + expiry_seconds"
-    );
-    clock.set_ms(expire + 60_001);
-    assert!(
-        row(&mut raw, "solus_deduper", &key).is_empty(),
-        "gone after expiry + expiry_seconds"
-    );
-}
-
 /// A shorter add after a longer one leaves the longer expiry in the cell.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_highest_expiry_stays_in_the_cell() {
-    let b = TestBackend::hbase();
-    let s = TestServer::start(&b).await;
+pub async fn the_highest_expiry_stays_in_the_cell(b: &TestBackend) {
+    let s = TestServer::start(b).await;
     s.admin()
         .create_deduper(create_geom("c", "d", 1, 1, 10, 60))
         .await
@@ -172,7 +105,7 @@ async fn the_highest_expiry_stays_in_the_cell() {
     let start = now_ms();
     s.data().add(add_req("c", "d", b"x".to_vec(), 30_000)).await.unwrap();
     s.data().add(add_req("c", "d", b"x".to_vec(), 1_000)).await.unwrap();
-    let mut raw = raw_client(b.emulator().addr());
+    let mut raw = b.raw_thrift();
     let cells = row(&mut raw, "solus_deduper", &layout::data_row_key(0, "c", "d"));
     let expire = i64::from_be_bytes(
         cells
@@ -190,10 +123,8 @@ async fn the_highest_expiry_stays_in_the_cell() {
 
 /// The meta row in Java `Bytes.toBytes` encodings, and DC-level data in the
 /// farm table only.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn meta_row_and_farm_table() {
-    let b = TestBackend::hbase();
-    let s = TestServer::start(&b).await;
+pub async fn meta_row_and_farm_table(b: &TestBackend) {
+    let s = TestServer::start(b).await;
     let mut req = create_geom("client-a", "clicks", 3, 4, 1000, 120);
     req.level = Level::Dc as i32;
     let d = s.admin().create_deduper(req).await.unwrap().into_inner();
@@ -202,7 +133,7 @@ async fn meta_row_and_farm_table() {
         .await
         .unwrap();
 
-    let mut raw = raw_client(b.emulator().addr());
+    let mut raw = b.raw_thrift();
     let meta = row(
         &mut raw,
         "client-a_dedupers",

@@ -8,7 +8,6 @@ use hbase_thrift::hbase::{BatchMutation, Mutation, THbaseSyncClient};
 use solus::clock::now_ms;
 use solus::contract::{hashing, layout};
 
-use super::{Raw, raw_client};
 use crate::common::*;
 
 const K: u32 = 4;
@@ -23,7 +22,7 @@ fn cells_of(entity: &str) -> (Vec<u8>, Vec<u32>) {
     (layout::data_row_key(shard, "c", "d"), bits)
 }
 
-fn put(raw: &mut Raw, row: Vec<u8>, cells: Vec<(String, Vec<u8>)>) {
+fn put(raw: &mut RawClient, row: Vec<u8>, cells: Vec<(String, Vec<u8>)>) {
     let mutations: Vec<_> = cells
         .into_iter()
         .map(|(q, v)| Mutation::new(false, format!("S:{q}").into_bytes(), v, true))
@@ -45,15 +44,13 @@ fn legacy_markers(entity: &str, value: bool) -> (Vec<u8>, Vec<(String, Vec<u8>)>
     (row, cells)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn legacy_markers_count_and_ttl_cells_override_them() {
-    let b = TestBackend::hbase();
-    let s = TestServer::start(&b).await;
+pub async fn legacy_markers_count_and_ttl_cells_override_them(b: &TestBackend) {
+    let s = TestServer::start(b).await;
     s.admin()
         .create_deduper(create_geom("c", "d", K, SHARDS, BITS, 3600))
         .await
         .unwrap();
-    let mut raw = raw_client(b.emulator().addr());
+    let mut raw = b.raw_thrift();
 
     // All k legacy markers true: present, for CheckAbsence and AddIfAbsent.
     let (row, cells) = legacy_markers("old-entity", true);

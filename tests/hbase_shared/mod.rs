@@ -1,0 +1,72 @@
+//! HBase cases run against every HBase backend: the in-process emulator
+//! (`tests/hbase.rs`) and real Apache HBase (`tests/real_hbase.rs`). What an
+//! independent Thrift client sees in the tables after requests through the
+//! service, and legacy markers written straight through Thrift.
+#![allow(dead_code)]
+
+mod layout;
+mod legacy;
+
+use std::collections::BTreeMap;
+
+use hbase_thrift::hbase::{TCell, THbaseSyncClient, TScan};
+
+pub use layout::*;
+pub use legacy::*;
+
+use crate::common::RawClient;
+
+/// Generates one `#[tokio::test]` per shared HBase case for a backend
+/// expression of type `Option<TestBackend>` (`None` passes without running).
+#[macro_export]
+macro_rules! hbase_shared_cases {
+    ($backend:expr) => {
+        $crate::hbase_shared_cases!($backend;
+            cells_carry_the_contract_layout,
+            the_highest_expiry_stays_in_the_cell,
+            meta_row_and_farm_table,
+            legacy_markers_count_and_ttl_cells_override_them,
+        );
+    };
+    ($backend:expr; $($name:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                let Some(backend) = $backend else { return };
+                hbase_shared::$name(&backend).await;
+            }
+        )*
+    };
+}
+
+/// The newest cells of one row (`family:qualifier` -> cell).
+pub fn row(client: &mut RawClient, table: &str, key: &[u8]) -> BTreeMap<Vec<u8>, TCell> {
+    let rows = client.get_row(table.into(), key.to_vec(), BTreeMap::new()).unwrap();
+    rows.into_iter().next().and_then(|r| r.columns).unwrap_or_default()
+}
+
+/// A scan with nothing set (the crate's `Default` sets every field to zero).
+pub fn plain_scan() -> TScan {
+    TScan {
+        start_row: None,
+        stop_row: None,
+        timestamp: None,
+        columns: None,
+        caching: None,
+        filter_string: None,
+        batch_size: None,
+        sort_columns: None,
+        reversed: None,
+        cache_blocks: None,
+    }
+}
+
+/// Every row key of a table, in order.
+pub fn all_row_keys(client: &mut RawClient, table: &str) -> Vec<Vec<u8>> {
+    let id = client
+        .scanner_open_with_scan(table.into(), plain_scan(), BTreeMap::new())
+        .unwrap();
+    let rows = client.scanner_get_list(id, 10_000).unwrap();
+    client.scanner_close(id).unwrap();
+    rows.into_iter().map(|r| r.row.unwrap()).collect()
+}

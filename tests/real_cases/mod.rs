@@ -1,0 +1,1 @@
+//! Cases only real HBase runs (see `tests/real_hbase.rs`).
