@@ -147,6 +147,7 @@ impl RealHbase {
             script = standalone_script().display(),
             dir = dir.display()
         );
+        #[allow(clippy::zombie_processes)] // it must outlive this process: never waited for
         Command::new("setsid")
             .args(["sh", "-c", &watchdog])
             .spawn()
