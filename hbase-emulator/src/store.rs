@@ -180,7 +180,11 @@ impl Store {
         let table = self
             .tables
             .get(&name)
-            .ok_or_else(|| HError::io("java.io.IOException: table does not exist"))?;
+            // HBase's handler throws a plain IOException here: canRetry is set.
+            .ok_or_else(|| HError::Io {
+                message: "java.io.IOException: table does not exist".into(),
+                retry: true,
+            })?;
         if table.enabled {
             return Err(HError::io(format!(
                 "org.apache.hadoop.hbase.TableNotDisabledException: {}",
@@ -243,10 +247,18 @@ impl Store {
         Ok(table)
     }
 
+    /// Like HBase's handler, a scanner on a missing table opens; its first
+    /// `scannerGet*` answers `TableNotFoundException`.
     pub fn open_scanner(&mut self, raw_name: &[u8], spec: ScanSpec) -> HResult<i32> {
-        let table = self.table(raw_name)?;
-        table.check_families(spec.selection.families())?;
-        let scanner = Scanner::new(table.name.clone(), spec);
+        let name = match self.table(raw_name) {
+            Ok(table) => {
+                table.check_families(spec.selection.families())?;
+                table.name.clone()
+            }
+            Err(_) if !self.tables.contains_key(&table_name(raw_name)?) => table_name(raw_name)?,
+            Err(e) => return Err(e),
+        };
+        let scanner = Scanner::new(name, spec);
         // Ids count up from 0 like the Java handler's, and are never reused.
         let id = self.next_scanner_id;
         self.next_scanner_id = self.next_scanner_id.wrapping_add(1);

@@ -121,13 +121,41 @@ fn batch_result(results: impl Iterator<Item = HResult<()>>) -> HResult<()> {
     let failures: Vec<HError> = results.filter_map(Result::err).collect();
     match failures.first() {
         None => Ok(()),
-        Some(first) => Err(HError::io(format!(
-            "org.apache.hadoop.hbase.client.RetriesExhaustedWithDetailsException: \
-             Failed {} action(s): {}",
-            failures.len(),
-            first.message()
-        ))),
+        Some(first) => Err(retries_exhausted(failures.len(), first.message())),
     }
+}
+
+/// HBase's `RetriesExhaustedWithDetailsException` for `n` failed actions of
+/// one cause, as its Thrift handler passes it on: not a DoNotRetry
+/// exception, so `canRetry` is set.
+fn retries_exhausted(n: usize, cause: &str) -> HError {
+    let plural = |word: &str| if n == 1 { word.to_string() } else { format!("{word}s") };
+    HError::Io {
+        message: format!(
+            "org.apache.hadoop.hbase.client.RetriesExhaustedWithDetailsException: Failed {n} {}: {cause}: {n} {}, \
+             servers with issues: null",
+            plural("action"),
+            plural("time")
+        ),
+        retry: true,
+    }
+}
+
+/// A missing table as HBase's handler reports it for `mutateRows*`: its
+/// batched `HTable.put(List)` (or `delete(List)` when there are no puts)
+/// fails with `RetriesExhaustedWithDetailsException` whose cause is the bare
+/// table name, and `canRetry` set. Other errors pass unchanged.
+fn batched_table_error(e: HError, table: &[u8], batch: &[RowMutations]) -> HError {
+    if !e.message().contains("TableNotFoundException") {
+        return e;
+    }
+    let puts = batch.iter().filter(|ops| !ops.puts.is_empty()).count();
+    let n = if puts > 0 {
+        puts
+    } else {
+        batch.iter().filter(|ops| !ops.deletes.is_empty()).count()
+    };
+    retries_exhausted(n, &String::from_utf8_lossy(table))
 }
 
 /// Timestamp for an increment/append result: never older than the cell it
@@ -186,7 +214,9 @@ impl Handler {
         let now = self.now();
         let ts = resolve(ts, now);
         self.write(|store| {
-            let table = store.table_mut(table)?;
+            let table = store
+                .table_mut(table)
+                .map_err(|e| batched_table_error(e, table, &batch))?;
             let puts = batch.iter().filter(|ops| !ops.puts.is_empty());
             batch_result(puts.map(|ops| ops.apply_puts(table, ts, ttl, now)))?;
             let deletes = batch.iter().filter(|ops| !ops.deletes.is_empty());

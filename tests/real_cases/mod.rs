@@ -1,4 +1,5 @@
 //! Cases only real HBase runs (see `tests/real_hbase.rs`).
 
+mod differential;
 mod tables;
 mod ttl;

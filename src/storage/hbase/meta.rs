@@ -55,7 +55,7 @@ fn read_row(
     });
     match result {
         Ok(rows) => Ok(rows.into_iter().next().and_then(|r| r.columns)),
-        Err(e) if e.is_table_not_found() => {
+        Err(e) if e.is_table_not_found(&table) => {
             tables.forget(&table);
             Ok(None)
         }
@@ -155,7 +155,7 @@ pub fn list(pool: &Pool, tables: &Tables, client_id: &str, active_only: bool) ->
     });
     let rows = match result {
         Ok(rows) => rows,
-        Err(e) if e.is_table_not_found() => {
+        Err(e) if e.is_table_not_found(&table) => {
             tables.forget(&table);
             return Ok(Vec::new());
         }

@@ -56,9 +56,21 @@ impl HbaseError {
         matches!(self, HbaseError::Connection(_) | HbaseError::Io { retry: true, .. })
     }
 
-    /// Whether HBase said the table does not exist.
-    pub fn is_table_not_found(&self) -> bool {
-        matches!(self, HbaseError::Io { message, .. } if message.contains("TableNotFoundException"))
+    /// Whether HBase said `table` does not exist: a `TableNotFoundException`,
+    /// or the form real HBase gives batched writes (`mutateRows*` go through
+    /// `HTable.put(List)`): `RetriesExhaustedWithDetailsException: Failed N
+    /// actions: <table>: N times, servers with issues: null`, where the
+    /// cause's message is the bare table name (found by the differential
+    /// test against HBase 2.6, `tests/real_cases/differential.rs`).
+    pub fn is_table_not_found(&self, table: &str) -> bool {
+        let HbaseError::Io { message, .. } = self else {
+            return false;
+        };
+        message.contains("TableNotFoundException")
+            || (message.contains("RetriesExhaustedWithDetailsException")
+                && [format!(" action: {table}: "), format!(" actions: {table}: ")]
+                    .iter()
+                    .any(|form| message.contains(form.as_str())))
     }
 
     /// The error as the engine sees it: always `Unavailable`, with the call
@@ -396,6 +408,34 @@ impl Pool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn table_not_found_in_both_forms_real_hbase_uses() {
+        let io = |m: &str| HbaseError::Io {
+            message: m.into(),
+            retry: true,
+        };
+        let get = io("org.apache.hadoop.hbase.TableNotFoundException: solus_deduper\n\tat ...");
+        assert!(get.is_table_not_found("solus_deduper"));
+        // HBase 2.6.1 answering mutateRowsTs on a dropped table (one and three rows).
+        let one = io(
+            "org.apache.hadoop.hbase.client.RetriesExhaustedWithDetailsException: Failed 1 action: \
+                      solus_deduper: 1 time, servers with issues: null\n\tat org.apache.hadoop.hbase.client.BatchErrors",
+        );
+        let three = io(
+            "org.apache.hadoop.hbase.client.RetriesExhaustedWithDetailsException: Failed 3 actions: \
+                        solus_deduper: 3 times, servers with issues: null",
+        );
+        assert!(one.is_table_not_found("solus_deduper") && three.is_table_not_found("solus_deduper"));
+        assert!(!one.is_table_not_found("solus_deduper_dc1"), "another table's failure");
+        let family = io(
+            "org.apache.hadoop.hbase.client.RetriesExhaustedWithDetailsException: Failed 1 action: \
+                         org.apache.hadoop.hbase.regionserver.NoSuchColumnFamilyException: Column family X does not exist \
+                         in table solus_deduper: 1 time, servers with issues: vm,16020,1",
+        );
+        assert!(!family.is_table_not_found("solus_deduper"));
+        assert!(!HbaseError::Connection("reset".into()).is_table_not_found("solus_deduper"));
+    }
 
     fn classified(e: io::Error) -> (HbaseError, bool) {
         let peer: SocketAddr = "127.0.0.1:9090".parse().unwrap();

@@ -89,7 +89,7 @@ impl Tables {
         mut call: impl FnMut() -> Result<T, HbaseError>,
     ) -> Result<T, StorageError> {
         match call() {
-            Err(e) if e.is_table_not_found() => {
+            Err(e) if e.is_table_not_found(table) => {
                 self.recover(pool, table)?;
                 call().map_err(|e| e.into_storage(what))
             }
