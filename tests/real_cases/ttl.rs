@@ -57,8 +57,8 @@ async fn cells_leave_hbase_after_expiry_plus_cell_ttl_also_through_major_compact
     );
 
     // Into an HFile while the cell is still alive for HBase.
-    shell(&real, "flush 'solus_deduper'");
-    assert_eq!(raw_scan_rows(&real, "solus_deduper"), 1, "flushed cell in a raw scan");
+    shell(real, "flush 'solus_deduper'");
+    assert_eq!(raw_scan_rows(real, "solus_deduper"), 1, "flushed cell in a raw scan");
 
     let gone_at = Duration::from_secs(EXPIRY_S + 2);
     tokio::time::sleep(gone_at.saturating_sub(start.elapsed())).await;
@@ -72,7 +72,7 @@ async fn cells_leave_hbase_after_expiry_plus_cell_ttl_also_through_major_compact
     );
 
     let compacted = shell(
-        &real,
+        real,
         "conn = org.apache.hadoop.hbase.client.ConnectionFactory.createConnection(org.apache.hadoop.hbase.HBaseConfiguration.create)\n\
          adm = conn.getAdmin\n\
          t = org.apache.hadoop.hbase.TableName.valueOf('solus_deduper')\n\
@@ -84,7 +84,7 @@ async fn cells_leave_hbase_after_expiry_plus_cell_ttl_also_through_major_compact
     );
     assert!(compacted.contains("compaction done"), "{compacted}");
     assert_eq!(
-        raw_scan_rows(&real, "solus_deduper"),
+        raw_scan_rows(real, "solus_deduper"),
         0,
         "raw scan after the major compaction"
     );
