@@ -97,11 +97,11 @@ free_port() {
     p=$((20000 + RANDOM % 30000))
     if port_free "$p"; then echo "$p"; return; fi
   done
-  die "no free port found for ZooKeeper"
+  die "no free port found"
 }
 
 write_conf() {
-  local dir="$1" zk_port="$2"
+  local dir="$1" zk_port="$2" master_port="$3" rs_port="$4"
   mkdir -p "$dir/conf" "$dir/logs" "$dir/hbase" "$dir/zk" "$dir/tmp"
   cat >"$dir/conf/hbase-site.xml" <<EOF
 <?xml version="1.0"?>
@@ -114,6 +114,8 @@ write_conf() {
   <property><name>hbase.zookeeper.property.dataDir</name><value>$dir/zk</value></property>
   <!-- The local filesystem has no hflush/hsync: HBase refuses to write its WAL there unless told. -->
   <property><name>hbase.unsafe.stream.capability.enforce</name><value>false</value></property>
+  <property><name>hbase.master.port</name><value>$master_port</value></property>
+  <property><name>hbase.regionserver.port</name><value>$rs_port</value></property>
   <property><name>hbase.master.ipc.address</name><value>127.0.0.1</value></property>
   <property><name>hbase.regionserver.ipc.address</name><value>127.0.0.1</value></property>
   <property><name>hbase.master.info.port</name><value>-1</value></property>
@@ -171,15 +173,21 @@ cmd_start() {
   classpath "$project/shell" >/dev/null
 
   if ! alive "$dir/master.pid"; then
-    local zk_port
-    if [[ -f "$dir/zk.port" ]]; then
-      zk_port="$(cat "$dir/zk.port")" # restart on the same data: same ZooKeeper port
+    # ZooKeeper, master and region server ports: chosen free the first time,
+    # then kept, so a restart on the same DIR finds its data and its clients
+    # (the Thrift servers) find it again. Two HBases can run side by side.
+    local zk_port master_port rs_port
+    if [[ -f "$dir/hbase.ports" ]]; then
+      read -r zk_port master_port rs_port <"$dir/hbase.ports"
     else
-      zk_port="$(free_port)"
-      echo "$zk_port" >"$dir/zk.port"
+      zk_port="$(free_port)"; master_port="$(free_port)"; rs_port="$(free_port)"
+      echo "$zk_port $master_port $rs_port" >"$dir/hbase.ports"
     fi
-    port_free "$zk_port" || die "ZooKeeper port $zk_port (from $dir/zk.port) is taken; stop what uses it or remove $dir/zk.port"
-    write_conf "$dir" "$zk_port"
+    local p
+    for p in "$zk_port" "$master_port" "$rs_port"; do
+      port_free "$p" || die "port $p (from $dir/hbase.ports) is taken; stop what uses it or remove $dir/hbase.ports"
+    done
+    write_conf "$dir" "$zk_port" "$master_port" "$rs_port"
     echo "standalone.sh: starting HBase master + region server + ZooKeeper (127.0.0.1:$zk_port), data in $dir/hbase" >&2
     run_java "$dir" "$heap" "$dir/master.pid" "$dir/logs/master.log" \
       -Dproc_master org.apache.hadoop.hbase.master.HMaster start

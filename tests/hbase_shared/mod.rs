@@ -8,13 +8,17 @@ mod layout;
 mod legacy;
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use hbase_thrift::hbase::{TCell, THbaseSyncClient, TScan};
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
 
 pub use layout::*;
 pub use legacy::*;
 
-use crate::common::RawClient;
+use crate::common::{RawClient, TestServer};
 
 /// Generates one `#[tokio::test]` per shared HBase case for a backend
 /// expression of type `Option<TestBackend>` (`None` passes without running).
@@ -69,4 +73,32 @@ pub fn all_row_keys(client: &mut RawClient, table: &str) -> Vec<Vec<u8>> {
     let rows = client.scanner_get_list(id, 10_000).unwrap();
     client.scanner_close(id).unwrap();
     rows.into_iter().map(|r| r.row.unwrap()).collect()
+}
+
+/// Health of `solus.v1.DeduperService` right now (`Unknown` if unanswered).
+pub async fn data_health(s: &TestServer) -> ServingStatus {
+    let mut health = HealthClient::new(s.channel.clone());
+    let req = HealthCheckRequest {
+        service: "solus.v1.DeduperService".into(),
+    };
+    match health.check(req).await {
+        Ok(r) => ServingStatus::try_from(r.get_ref().status).unwrap_or(ServingStatus::Unknown),
+        Err(_) => ServingStatus::Unknown,
+    }
+}
+
+/// Waits until the data service reports `want`; panics after `within`.
+pub async fn wait_health(s: &TestServer, want: ServingStatus, within: Duration) {
+    let start = Instant::now();
+    loop {
+        let got = data_health(s).await;
+        if got == want {
+            return;
+        }
+        assert!(
+            start.elapsed() < within,
+            "health still {got:?} after {within:?}, wanted {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
