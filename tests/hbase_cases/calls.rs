@@ -1,5 +1,6 @@
 //! Thrift calls per gRPC request, counted by the emulator: CheckAbsence is
-//! one `getRowsWithColumns`, Add one `mutateRowsTs`, AddIfAbsent one of each,
+//! one `getRowsWithColumns`, Add one `mutateRowsTs`, AddIfAbsent one of each
+//! plus, with the guard (default), one `checkAndPut` per touched shard row,
 //! whatever the batch size up to the read budget; past it reads split.
 
 use hbase_emulator::{Emulator, Protocol, Transport};
@@ -9,6 +10,13 @@ use crate::common::*;
 /// Thrift calls of the data path only: the health watcher's
 /// `isTableEnabled` and config lookups run beside requests and are left out.
 fn data_calls(b: &TestBackend) -> (u64, u64) {
+    let (reads, writes, swaps) = data_calls_and_swaps(b);
+    assert_eq!(swaps, 0, "guard swaps outside AddIfAbsent");
+    (reads, writes)
+}
+
+/// (getRowsWithColumns, mutateRowsTs, checkAndPut) of the data path.
+fn data_calls_and_swaps(b: &TestBackend) -> (u64, u64, u64) {
     let e = b.emulator();
     let counts = e.call_counts();
     let other: Vec<_> = counts
@@ -17,6 +25,7 @@ fn data_calls(b: &TestBackend) -> (u64, u64) {
             ![
                 "getRowsWithColumns",
                 "mutateRowsTs",
+                "checkAndPut",
                 "isTableEnabled",
                 "getRowWithColumns",
             ]
@@ -24,7 +33,20 @@ fn data_calls(b: &TestBackend) -> (u64, u64) {
         })
         .collect();
     assert!(other.is_empty(), "unexpected calls {counts:?}");
-    (e.calls("getRowsWithColumns"), e.calls("mutateRowsTs"))
+    (
+        e.calls("getRowsWithColumns"),
+        e.calls("mutateRowsTs"),
+        e.calls("checkAndPut"),
+    )
+}
+
+/// Distinct shard rows of `items` in a deduper of `shards` shards.
+fn rows_touched(items: &[&str], shards: u32) -> u64 {
+    let rows: std::collections::BTreeSet<u32> = items
+        .iter()
+        .map(|i| solus::contract::hashing::shard_of(i.as_bytes(), shards))
+        .collect();
+    rows.len() as u64
 }
 
 fn names(prefix: &str, n: usize) -> Vec<String> {
@@ -33,13 +55,22 @@ fn names(prefix: &str, n: usize) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_read_and_one_write_call_per_request() {
-    let b = TestBackend::hbase();
-    let s = TestServer::start(&b).await;
+    for guard in [true, false] {
+        let mut b = TestBackend::hbase();
+        b.settings.storage.hbase.add_if_absent_guard = guard;
+        calls_per_request(&b, guard).await;
+    }
+}
+
+async fn calls_per_request(b: &TestBackend, guard: bool) {
+    let s = TestServer::start(b).await;
     // n = 1e6, p = 0.01: k 7 over 10 shards, so a batch touches every shard row.
-    s.admin()
+    let d = s
+        .admin()
         .create_deduper(create_np("c", "d", 1_000_000, 0.01, 3600))
         .await
-        .unwrap();
+        .unwrap()
+        .into_inner();
     for batch in [1usize, 10, 200] {
         let items = names(&format!("b{batch}"), batch);
         let refs: Vec<&str> = items.iter().map(String::as_str).collect();
@@ -47,17 +78,22 @@ async fn one_read_and_one_write_call_per_request() {
 
         b.emulator().reset_counts();
         absent(&s, "c", "d", &refs).await;
-        assert_eq!(data_calls(&b), (1, 0), "CheckAbsence of {batch}");
+        assert_eq!(data_calls(b), (1, 0), "CheckAbsence of {batch}");
 
         b.emulator().reset_counts();
         add(&s, "c", "d", &refs, 0).await;
-        assert_eq!(data_calls(&b), (0, 1), "Add of {batch}");
+        assert_eq!(data_calls(b), (0, 1), "Add of {batch}");
 
         b.emulator().reset_counts();
         let more = names(&format!("c{batch}"), batch);
         let more: Vec<&str> = more.iter().map(String::as_str).collect();
         add_if_absent(&s, "c", "d", &more, 0).await;
-        assert_eq!(data_calls(&b), (1, 1), "AddIfAbsent of {batch}");
+        let swaps = if guard { rows_touched(&more, d.shards) } else { 0 };
+        assert_eq!(
+            data_calls_and_swaps(b),
+            (1, 1, swaps),
+            "AddIfAbsent of {batch}, guard {guard}"
+        );
     }
 }
 

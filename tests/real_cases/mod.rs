@@ -2,5 +2,6 @@
 
 mod differential;
 mod faults;
+mod replicas;
 mod tables;
 mod ttl;

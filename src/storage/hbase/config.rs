@@ -75,6 +75,11 @@ pub struct HbaseConfig {
     /// default); a bigger read or write is split into several calls.
     /// Default 1,048,576 (about 20,000 bit writes per call).
     pub max_request_bytes: u64,
+    /// Close the cross-replica `AddIfAbsent` race with a guard cell per shard
+    /// row swapped by `checkAndPut` (one extra call per touched row; a request
+    /// losing the swap answers "present" for that row's entities). Off, two
+    /// replicas racing on one new entity can both answer "absent". Default true.
+    pub add_if_absent_guard: bool,
 }
 
 /// A list, or one comma-separated string (environment variables are strings).
@@ -107,6 +112,7 @@ impl Default for HbaseConfig {
             read_legacy_markers: true,
             max_cells_per_read: 65_536,
             max_request_bytes: 1 << 20,
+            add_if_absent_guard: true,
         }
     }
 }

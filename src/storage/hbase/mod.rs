@@ -39,12 +39,15 @@
 //! `max_cells_per_read` asked (row, column) pairs and `max_request_bytes`,
 //! split and parallel beyond (see `data.rs` for why). Never whole rows.
 //!
-//! # AddIfAbsent is not atomic here
-//! `read_and_write_bits` is a read followed by a write: two calls, and
-//! between them another request (this replica or another) can add the same
-//! entity. Both then answer "absent". The window is one HBase round trip
-//! (about a millisecond); the embedded store has no such window. Nothing is
-//! ever lost: both writes land and the max expiry wins.
+//! # AddIfAbsent across replicas
+//! `read_and_write_bits` reads, then writes: between the two another request
+//! (this replica or another) can add the same entity, and both would answer
+//! "absent". With `storage.hbase.add_if_absent_guard` (default on) a guard
+//! cell per shard row, swapped with `checkAndPut` after the write, closes
+//! that window: of racing requests, the ones that lose the swap answer
+//! "present" for that row (`guard.rs`; one `checkAndPut` per touched row,
+//! cost measured in docs/hbase.md). Nothing is ever lost either way: every
+//! write lands and the max expiry wins.
 //!
 //! # Failures
 //! Every failure is `StorageError::Unavailable` with the call and HBase's
@@ -58,9 +61,12 @@
 mod codec;
 pub mod config;
 mod data;
+mod guard;
 mod meta;
 mod pool;
 mod tables;
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use hbase_thrift::hbase::{THbaseSyncClient, TRowResult};
 
@@ -134,9 +140,20 @@ impl HbaseStore {
     }
 
     fn read(&self, d: &Deduper, bits: &[BitAddr]) -> Result<Vec<Cell>, StorageError> {
+        Ok(self.read_with_guards(d, bits, false)?.0)
+    }
+
+    /// The cells of `bits`, and with `guards` the `AddIfAbsent` guard value
+    /// of every touched row, read no later than its bits (`guard.rs`).
+    fn read_with_guards(
+        &self,
+        d: &Deduper,
+        bits: &[BitAddr],
+        guards: bool,
+    ) -> Result<(Vec<Cell>, BTreeMap<Vec<u8>, Vec<u8>>), StorageError> {
         let mut cells = vec![Cell::default(); bits.len()];
         if bits.is_empty() {
-            return Ok(cells);
+            return Ok((cells, BTreeMap::new()));
         }
         self.tables.ensure_data(&self.pool)?;
         let table = self.data_table(d);
@@ -144,7 +161,21 @@ impl HbaseStore {
             cells: self.config.max_cells_per_read,
             bytes: self.config.max_request_bytes,
         };
-        let groups = data::plan_reads(d, bits, self.config.read_legacy_markers, limits);
+        let mut groups = data::plan_reads(d, bits, self.config.read_legacy_markers, limits);
+        let mut guard_values = BTreeMap::new();
+        if guards {
+            if let [one] = groups.as_mut_slice() {
+                // One call: HBase reads each row atomically, guard and bits together.
+                one.columns.push(guard::column());
+            } else {
+                let rows = touched_rows(d, bits).into_iter().collect();
+                let first = ReadGroup {
+                    rows,
+                    columns: vec![guard::column()],
+                };
+                guard_values = guard::values(&self.read_group(&table, &first)?);
+            }
+        }
         tracing::trace!(
             calls = groups.len(),
             asked = groups.iter().map(ReadGroup::asked).sum::<u64>(),
@@ -156,6 +187,51 @@ impl HbaseStore {
             .flatten()
             .collect();
         data::decode_rows(d, bits, &results, &mut cells)?;
+        if guards && groups.len() == 1 {
+            guard_values = guard::values(&results);
+        }
+        Ok((cells, guard_values))
+    }
+
+    /// AddIfAbsent with the guard (`guard.rs`): read bits and guards, write,
+    /// swap each touched row's guard; the bits of a row whose swap was lost
+    /// come back as set.
+    fn guarded_read_and_write(&self, d: &Deduper, bits: &[BitAddr], expire_ms: i64) -> Result<Vec<Cell>, StorageError> {
+        let (mut cells, guards) = self.read_with_guards(d, bits, true)?;
+        self.write(d, bits, expire_ms)?;
+        let table = self.data_table(d);
+        let ttl_ms = i64::try_from(d.expiry_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
+        let shards: Vec<u32> = bits
+            .iter()
+            .map(|a| a.shard)
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let won = in_parallel(&shards, |&shard| {
+            let row = layout::data_row_key(shard, &d.client_id, &d.name);
+            let expected = guards.get(&row).map(Vec::as_slice).unwrap_or_default();
+            guard::swap(&self.pool, &self.tables, &table, &row, expected, ttl_ms)
+        })?;
+        let lost: BTreeSet<u32> = shards
+            .iter()
+            .zip(won)
+            .filter(|(_, won)| !won)
+            .map(|(s, _)| *s)
+            .collect();
+        if !lost.is_empty() {
+            tracing::debug!(
+                rows = lost.len(),
+                "AddIfAbsent lost a guard race: those rows answer present"
+            );
+            for (cell, addr) in cells.iter_mut().zip(bits) {
+                if lost.contains(&addr.shard) {
+                    *cell = Cell {
+                        expire_ms: Some(i64::MAX),
+                        legacy: None,
+                    };
+                }
+            }
+        }
         Ok(cells)
     }
 
@@ -183,6 +259,13 @@ impl HbaseStore {
         })?;
         Ok(())
     }
+}
+
+/// Row keys of the shard rows `bits` touch.
+fn touched_rows(d: &Deduper, bits: &[BitAddr]) -> BTreeSet<Vec<u8>> {
+    bits.iter()
+        .map(|a| layout::data_row_key(a.shard, &d.client_id, &d.name))
+        .collect()
 }
 
 /// Most HBase calls one request runs at once (each on its own pooled connection).
@@ -246,13 +329,17 @@ impl Store for HbaseStore {
         self.write(deduper, bits, expire_ms)
     }
 
-    /// Read, then write: not atomic (see the module docs).
+    /// Read, then write, then (with `add_if_absent_guard`) swap each touched
+    /// row's guard: see the module docs and `guard.rs`.
     fn read_and_write_bits(
         &self,
         deduper: &Deduper,
         bits: &[BitAddr],
         expire_ms: i64,
     ) -> Result<Vec<Cell>, StorageError> {
+        if self.config.add_if_absent_guard {
+            return self.guarded_read_and_write(deduper, bits, expire_ms);
+        }
         let cells = self.read(deduper, bits)?;
         self.write(deduper, bits, expire_ms)?;
         Ok(cells)
