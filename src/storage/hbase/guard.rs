@@ -42,10 +42,13 @@ pub fn column() -> Vec<u8> {
     codec::column(layout::DATA_FAMILY, GUARD_QUALIFIER)
 }
 
+/// Guard cell values by row key.
+pub type GuardValues = BTreeMap<Vec<u8>, Vec<u8>>;
+
 /// Guard values by row key, from rows HBase returned (rows without one map
 /// to an empty value: `checkAndPut` with an empty expected value matches an
 /// absent cell).
-pub fn values(rows: &[TRowResult]) -> BTreeMap<Vec<u8>, Vec<u8>> {
+pub fn values(rows: &[TRowResult]) -> GuardValues {
     let col = column();
     rows.iter()
         .filter_map(|r| {

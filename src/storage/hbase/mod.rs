@@ -66,7 +66,7 @@ mod meta;
 mod pool;
 mod tables;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use hbase_thrift::hbase::{THbaseSyncClient, TRowResult};
 
@@ -150,10 +150,10 @@ impl HbaseStore {
         d: &Deduper,
         bits: &[BitAddr],
         guards: bool,
-    ) -> Result<(Vec<Cell>, BTreeMap<Vec<u8>, Vec<u8>>), StorageError> {
+    ) -> Result<(Vec<Cell>, guard::GuardValues), StorageError> {
         let mut cells = vec![Cell::default(); bits.len()];
         if bits.is_empty() {
-            return Ok((cells, BTreeMap::new()));
+            return Ok((cells, guard::GuardValues::new()));
         }
         self.tables.ensure_data(&self.pool)?;
         let table = self.data_table(d);
@@ -162,7 +162,7 @@ impl HbaseStore {
             bytes: self.config.max_request_bytes,
         };
         let mut groups = data::plan_reads(d, bits, self.config.read_legacy_markers, limits);
-        let mut guard_values = BTreeMap::new();
+        let mut guard_values = guard::GuardValues::new();
         if guards {
             if let [one] = groups.as_mut_slice() {
                 // One call: HBase reads each row atomically, guard and bits together.
