@@ -29,6 +29,8 @@
 #   SOLUS_HBASE_HEAP           master/region-server heap (default 768m)
 #   SOLUS_HBASE_THRIFT_HEAP    each Thrift server's heap (default 256m)
 #   SOLUS_HBASE_START_TIMEOUT  seconds to wait for readiness (default 240)
+#   SOLUS_HBASE_THRIFT_INFO_PORT  web UI port of the (buffered) Thrift server,
+#                              whose /jmx counts calls per Thrift method (default off)
 #   JAVA_HOME                  Java to use (default: java on the PATH)
 set -euo pipefail
 
@@ -41,7 +43,7 @@ timeout_s="${SOLUS_HBASE_START_TIMEOUT:-240}"
 java="${JAVA_HOME:+$JAVA_HOME/bin/}java"
 
 die() { echo "standalone.sh: $*" >&2; exit 1; }
-usage() { sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 # JVM flags HBase's own launcher (bin/hbase, 2.5+) sets on JDK 17.
 jdk17_flags=(
@@ -210,6 +212,10 @@ start_thrift() { # DIR PORT NAME buffered|framed
   echo "$port" >"$dir/$name.port"
   local flags=(-p "$port" --bind 127.0.0.1)
   [[ "$transport" == framed ]] && flags+=(-f)
+  # Optional web UI of the buffered server: /jmx has its per-call counters.
+  if [[ "$transport" == buffered && -n "${SOLUS_HBASE_THRIFT_INFO_PORT:-}" ]]; then
+    flags+=(--infoport "$SOLUS_HBASE_THRIFT_INFO_PORT")
+  fi
   echo "standalone.sh: starting HBase Thrift1 server on 127.0.0.1:$port ($transport transport, binary protocol)" >&2
   run_java "$dir" "$thrift_heap" "$dir/$name.pid" "$dir/logs/$name.log" \
     -Dproc_thrift org.apache.hadoop.hbase.thrift.ThriftServer "${flags[@]}" start
