@@ -67,7 +67,8 @@ serve() { # GUARD -> address
 
 addr="$(serve true)"
 sleep 11; before="$(thrift_calls)"
-"$solus" replay --addr "$addr" --input "$data" --events "$events" --expected-insertions "$n" \
+run="$(date +%s)" # fresh dedupers: a reused one would already hold an earlier run's entities
+"$solus" replay --addr "$addr" --input "$data" --events "$events" --deduper "replay-$run" --expected-insertions "$n" \
     --false-positive-rate "$p" --json >"$work/replay.json"
 sleep 11; after="$(thrift_calls)"
 echo "== replay of $events events, n = $n, p = $p (release, guard on):"
@@ -78,8 +79,10 @@ python3 -c 'import json,sys; a=json.loads(sys.argv[1]); b=json.loads(sys.argv[2]
 for guard in true false; do
     addr="$(serve "$guard")"
     echo "== solus bench AddIfAbsent, guard $guard (batch 1000, concurrency 4, ${seconds} s):"
-    "$solus" bench --addr "$addr" --op add-if-absent --batch 1000 --concurrency 4 --duration "$seconds" --json | tail -n 1
+    "$solus" bench --addr "$addr" --op add-if-absent --deduper "bench-$guard-$run" --batch 1000 --concurrency 4 \
+        --duration "$seconds" --json | tail -n 1
 done
 addr="$(serve true)"
 echo "== solus bench CheckAbsence (batch 1000, concurrency 4, ${seconds} s):"
-"$solus" bench --addr "$addr" --op check --batch 1000 --concurrency 4 --duration "$seconds" --json | tail -n 1
+"$solus" bench --addr "$addr" --op check --deduper "bench-true-$run" --batch 1000 --concurrency 4 \
+    --duration "$seconds" --json | tail -n 1
