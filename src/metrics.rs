@@ -30,7 +30,7 @@ pub const IN_FLIGHT: &str = "solus_requests_in_flight";
 pub const STORAGE_CALLS: &str = "solus_storage_calls_total";
 pub const STORAGE_ERRORS: &str = "solus_storage_errors_total";
 /// The `op` label values of the storage series (the `Store` calls).
-pub const STORAGE_OPS: [&str; 9] = [
+pub const STORAGE_OPS: [&str; 11] = [
     "read_bits",
     "write_bits",
     "read_and_write_bits",
@@ -38,6 +38,8 @@ pub const STORAGE_OPS: [&str; 9] = [
     "update_deduper",
     "get_deduper",
     "list_dedupers",
+    "remember_request",
+    "recall_request",
     "ping",
     "flush",
 ];

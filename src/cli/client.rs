@@ -211,6 +211,7 @@ pub async fn add(a: DataArgs) -> anyhow::Result<()> {
     for batch in batches(&a)? {
         let r = c
             .add(pb::AddRequest {
+                request_id: None,
                 client_id: a.client.clone(),
                 deduper: a.deduper.clone(),
                 entities: batch.into_iter().map(|(_, b)| b.into()).collect(),
@@ -231,6 +232,7 @@ pub async fn check(a: DataArgs, add: bool) -> anyhow::Result<()> {
         let entities = batch.iter().map(|(_, b)| b.clone().into()).collect();
         let absent = if add {
             let req = pb::AddIfAbsentRequest {
+                request_id: None,
                 client_id: a.client.clone(),
                 deduper: a.deduper.clone(),
                 entities,

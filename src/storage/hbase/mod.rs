@@ -71,7 +71,7 @@ use self::data::ReadGroup;
 use self::pool::{Pool, Retry};
 use self::tables::Tables;
 pub use self::tables::{data_family, meta_family};
-use super::{BitAddr, Cell, StorageError, Store};
+use super::{BeforeWrite, BitAddr, Cell, Change, RequestKey, StorageError, Store};
 use crate::clock::now_ms;
 use crate::contract::layout;
 use crate::deduper::{Deduper, Level};
@@ -246,14 +246,16 @@ impl Store for HbaseStore {
         self.write(deduper, bits, expire_ms)
     }
 
-    /// Read, then write: not atomic (see the module docs).
+    /// Read, `before_write`, then write: not atomic (see the module docs).
     fn read_and_write_bits(
         &self,
         deduper: &Deduper,
         bits: &[BitAddr],
         expire_ms: i64,
+        before_write: &mut BeforeWrite<'_>,
     ) -> Result<Vec<Cell>, StorageError> {
         let cells = self.read(deduper, bits)?;
+        before_write(&cells)?;
         self.write(deduper, bits, expire_ms)?;
         Ok(cells)
     }
@@ -263,8 +265,33 @@ impl Store for HbaseStore {
         meta::create(&self.pool, &self.tables, deduper, now_ms())
     }
 
-    fn update_deduper(&self, deduper: &Deduper) -> Result<(), StorageError> {
-        meta::put_all(&self.pool, &self.tables, deduper)
+    /// Compare-and-set on the `ver` cell, retried (see `meta.rs`).
+    fn update_deduper(
+        &self,
+        client_id: &str,
+        name: &str,
+        change: &Change<'_>,
+    ) -> Result<Option<Deduper>, StorageError> {
+        meta::update(&self.pool, &self.tables, client_id, name, change, now_ms())
+    }
+
+    /// A `checkAndPut` row in the client's meta table (see `meta.rs`).
+    fn remember_request(
+        &self,
+        key: &RequestKey,
+        record: &[u8],
+        expire_ms: i64,
+    ) -> Result<Option<Vec<u8>>, StorageError> {
+        meta::remember_request(&self.pool, key, record, expire_ms, now_ms())
+    }
+
+    fn recall_request(&self, key: &RequestKey) -> Result<Option<Vec<u8>>, StorageError> {
+        meta::recall_request(&self.pool, key, now_ms())
+    }
+
+    /// The data table (`storage.table`, or `<table>_<farm>` for DC level).
+    fn data_location(&self, deduper: &Deduper) -> Option<String> {
+        Some(self.data_table(deduper))
     }
 
     fn get_deduper(&self, client_id: &str, name: &str) -> Result<Option<Deduper>, StorageError> {
