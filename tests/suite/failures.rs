@@ -62,7 +62,7 @@ fn aia(items: &[String], id: Option<&[u8]>) -> pb::AddIfAbsentRequest {
         deduper: "r".into(),
         entities: ents(items),
         ttl_ms: 0,
-        request_id: id.map(|i| prost::bytes::Bytes::copy_from_slice(i)),
+        request_id: id.map(prost::bytes::Bytes::copy_from_slice),
     }
 }
 
