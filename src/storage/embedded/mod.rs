@@ -319,6 +319,10 @@ impl EmbeddedStore {
     }
 }
 
+/// Size of the health probe's write after a failed write, in bytes: about
+/// the journal record of a 10,000-entity request at k = 25.
+const PROBE_BYTES: usize = 1 << 20;
+
 /// How many addresses ahead a batch prefetches stamps (enough to overlap
 /// several cache misses, few enough to stay in L1).
 const PREFETCH_AHEAD: usize = 8;
@@ -540,15 +544,18 @@ impl Store for EmbeddedStore {
         filter::MAX_EXPIRE_MS
     }
 
-    /// Fine while writes succeed; after a failed one, a probe write (and
-    /// sync with `fsync`) must succeed first. Errors: `Unavailable`.
+    /// Fine while writes succeed; after a failed one, a probe write of
+    /// [`PROBE_BYTES`] (room for a large request's journal record), synced,
+    /// must succeed first. Errors: `Unavailable`.
     fn ping(&self) -> Result<(), StorageError> {
         let inner = &self.inner;
         if !inner.write_failed.load(Ordering::SeqCst) && !inner.broken.load(Ordering::SeqCst) {
             return Ok(());
         }
         inner.with_write(|h| {
-            h.probe.insert("probe", now_ms().to_be_bytes()).map_err(unavailable)?;
+            // Random bytes: fjall compresses its journal, and zeros would take no room.
+            let value: Vec<u8> = (0..PROBE_BYTES).map(|_| rand::random::<u8>()).collect();
+            h.probe.insert("probe", value).map_err(unavailable)?;
             h.db.persist(PersistMode::SyncData).map_err(unavailable)
         })
     }
