@@ -56,6 +56,8 @@ macro_rules! backend_suite {
             false_positive_rate_at_design_load,
             replay_npm_events,
             health_and_reflection,
+            concurrent_updates_lose_no_change,
+            request_id_repeats_get_the_first_answer,
         );
     };
     (optional $backend:expr; $($name:ident),* $(,)?) => {
