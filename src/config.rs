@@ -164,6 +164,10 @@ pub struct LimitsConfig {
     pub max_shards: u32,
     /// Largest shard chosen when sizing from n and p, in bits. Default 1,048,576.
     pub max_bits_per_shard: u32,
+    /// How long the answer of an `Add`/`AddIfAbsent` sent with a
+    /// `request_id` is remembered, in seconds: a retry within it gets the
+    /// first attempt's answer. Default 300.
+    pub request_id_window_seconds: u64,
 }
 
 impl Default for LimitsConfig {
@@ -175,6 +179,7 @@ impl Default for LimitsConfig {
             max_concurrent_requests: 1_024,
             max_shards: 65_536,
             max_bits_per_shard: 1 << 20,
+            request_id_window_seconds: 300,
         }
     }
 }
@@ -188,6 +193,7 @@ impl LimitsConfig {
                 max_bits_per_shard: self.max_bits_per_shard,
                 max_shards: self.max_shards,
             },
+            request_id_window_ms: self.request_id_window_seconds.saturating_mul(1000),
         }
     }
 }

@@ -40,6 +40,12 @@ pub struct Deduper {
     pub expected_insertions: Option<u64>,
     /// `p`, when the deduper was sized from `n` and `p`.
     pub false_positive_rate: Option<f64>,
+    /// Where its bits live, as the backend named it at creation
+    /// ([`crate::storage::Store::data_location`]; HBase: the data table).
+    /// `None` for configs stored before this was recorded, which are taken
+    /// to match the current settings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_location: Option<String>,
 }
 
 impl Deduper {
@@ -64,6 +70,7 @@ impl Deduper {
             update_time_ms: now_ms,
             expected_insertions: None,
             false_positive_rate: None,
+            data_location: None,
         }
     }
 

@@ -30,7 +30,7 @@ pub const IN_FLIGHT: &str = "solus_requests_in_flight";
 pub const STORAGE_CALLS: &str = "solus_storage_calls_total";
 pub const STORAGE_ERRORS: &str = "solus_storage_errors_total";
 /// The `op` label values of the storage series (the `Store` calls).
-pub const STORAGE_OPS: [&str; 9] = [
+pub const STORAGE_OPS: [&str; 11] = [
     "read_bits",
     "write_bits",
     "read_and_write_bits",
@@ -38,6 +38,8 @@ pub const STORAGE_OPS: [&str; 9] = [
     "update_deduper",
     "get_deduper",
     "list_dedupers",
+    "remember_request",
+    "recall_request",
     "ping",
     "flush",
 ];
@@ -74,12 +76,16 @@ pub fn install(listen: &str) -> anyhow::Result<Option<SocketAddr>> {
         }
         return Ok(Some(*first));
     }
-    PrometheusBuilder::new()
+    let builder = PrometheusBuilder::new()
         .with_http_listener(addr)
         .set_buckets_for_metric(Matcher::Full(REQUEST_DURATION.into()), LATENCY_BUCKETS)?
         .set_buckets_for_metric(Matcher::Full(STORAGE_DURATION.into()), LATENCY_BUCKETS)?
-        .set_buckets_for_metric(Matcher::Full(REQUEST_ENTITIES.into()), ENTITY_BUCKETS)?
-        .install()
+        .set_buckets_for_metric(Matcher::Full(REQUEST_ENTITIES.into()), ENTITY_BUCKETS)?;
+    // Installed from a thread outside the server's runtime, the exporter
+    // gets a runtime (and blocking pool) of its own: /metrics never queues
+    // behind storage calls on the server's blocking pool.
+    std::thread::scope(|s| s.spawn(|| builder.install()).join())
+        .map_err(|_| anyhow::anyhow!("installing the metrics exporter panicked"))?
         .map_err(|e| anyhow::anyhow!("serving metrics on {addr} (metrics.listen): {e}"))?;
     let _ = INSTALLED.set(addr);
     describe();

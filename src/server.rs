@@ -184,13 +184,24 @@ pub fn describe_store(settings: &Settings) -> String {
     }
 }
 
+/// Probes storage every `every` on a thread of its own - never on the
+/// blocking pool, where it would queue behind slow storage calls - and
+/// reports the result as the health of the data service.
 async fn watch_storage(store: Arc<dyn Store>, reporter: HealthReporter, every: Duration) {
     let mut last = None;
     loop {
         let s = store.clone();
-        let ok = tokio::task::spawn_blocking(move || s.ping())
-            .await
-            .map(|r| r.map_err(|e| e.to_string()));
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let spawned = std::thread::Builder::new()
+            .name("solus-health-probe".into())
+            .spawn(move || drop(tx.send(s.ping())));
+        let ok = match spawned {
+            Ok(_) => rx
+                .await
+                .map_err(|_| "health probe thread ended without an answer".to_string())
+                .map(|r| r.map_err(|e| e.to_string())),
+            Err(e) => Err(format!("starting the health probe thread: {e}")),
+        };
         let status = match ok {
             Ok(Ok(())) => ServingStatus::Serving,
             Ok(Err(e)) => {

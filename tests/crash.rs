@@ -73,6 +73,7 @@ async fn kill_during_adds(fsync: bool) {
             for batch in 0.. {
                 let items: Vec<String> = (0..100).map(|i| format!("w{w}-b{batch}-i{i}")).collect();
                 let req = pb::AddRequest {
+                    request_id: None,
                     client_id: "c".into(),
                     deduper: "d".into(),
                     entities: ents(&items),

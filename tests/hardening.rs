@@ -48,6 +48,7 @@ async fn beyond_max_concurrent_requests_is_resource_exhausted() {
         .map(|t| {
             let mut data = DeduperServiceClient::new(s.channel.clone());
             let req = pb::AddIfAbsentRequest {
+                request_id: None,
                 client_id: "c".into(),
                 deduper: "d".into(),
                 entities: ents(&entities(2_000, &format!("t{t}"), 256)),
@@ -86,6 +87,7 @@ async fn oversized_messages_are_resource_exhausted_naming_the_limit() {
         .await
         .unwrap();
     let add = |n: usize| pb::AddRequest {
+        request_id: None,
         client_id: "c".into(),
         deduper: "d".into(),
         entities: ents(&entities(n, "e", 1000)),
@@ -232,6 +234,7 @@ fn well_formed(method: usize) -> BoxedStrategy<Vec<u8>> {
         0 => (name(), name(), some_entities(), any::<u64>())
             .prop_map(move |(c, d, e, ttl_ms)| {
                 pb::AddRequest {
+                    request_id: None,
                     client_id: c,
                     deduper: d,
                     entities: bytes(e),
@@ -253,6 +256,7 @@ fn well_formed(method: usize) -> BoxedStrategy<Vec<u8>> {
         2 => (name(), name(), some_entities(), any::<u64>())
             .prop_map(move |(c, d, e, ttl_ms)| {
                 pb::AddIfAbsentRequest {
+                    request_id: None,
                     client_id: c,
                     deduper: d,
                     entities: bytes(e),

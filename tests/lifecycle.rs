@@ -34,6 +34,7 @@ async fn metrics_move_during_a_replay_and_failures_log_one_line() {
     for i in 0..3 {
         let items = [format!("a{i}"), format!("b{i}")];
         let add = pb::AddRequest {
+            request_id: None,
             client_id: "c".into(),
             deduper: "d".into(),
             entities: ents(&items),
@@ -169,6 +170,7 @@ fn heavy_entities(tag: usize) -> Vec<String> {
 fn heavy_request(tag: usize) -> pb::AddIfAbsentRequest {
     let items = heavy_entities(tag);
     pb::AddIfAbsentRequest {
+        request_id: None,
         client_id: "c".into(),
         deduper: "heavy".into(),
         entities: ents(&items),

@@ -68,6 +68,7 @@ async fn thousands_of_concurrent_calls_keep_memory_flat() {
                     let r = match n % 3 {
                         0 => data
                             .add(pb::AddRequest {
+                                request_id: None,
                                 client_id: "load".into(),
                                 deduper: "d".into(),
                                 entities: ents(&items),
@@ -85,6 +86,7 @@ async fn thousands_of_concurrent_calls_keep_memory_flat() {
                             .map(drop),
                         _ => data
                             .add_if_absent(pb::AddIfAbsentRequest {
+                                request_id: None,
                                 client_id: "load".into(),
                                 deduper: "d".into(),
                                 entities: ents(&items),

@@ -45,6 +45,7 @@ async fn call(ch: &Channel, rpc: &str, client: &str, deduper: &str, auth: Option
         "Add" => data
             .add(request(
                 pb::AddRequest {
+                    request_id: None,
                     client_id: c,
                     deduper: d,
                     entities: ents(&["e1", "e2"]),
@@ -68,6 +69,7 @@ async fn call(ch: &Channel, rpc: &str, client: &str, deduper: &str, auth: Option
         "AddIfAbsent" => data
             .add_if_absent(request(
                 pb::AddIfAbsentRequest {
+                    request_id: None,
                     client_id: c,
                     deduper: d,
                     entities: ents(&["e3"]),

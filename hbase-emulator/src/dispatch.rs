@@ -104,7 +104,7 @@ impl Dispatcher {
             );
             return application_exception(o_prot, &call, seq, &error);
         }
-        if self.faults.take_failure() {
+        if self.faults.take_failure(&call) {
             skip_args(i_prot)?;
             let error = IOError::new(format!("hbase-emulator: injected failure of {call} (fail_next)"), true);
             return io_error_reply(o_prot, &call, seq, &error);

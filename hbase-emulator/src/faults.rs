@@ -9,6 +9,8 @@ use std::time::Duration;
 pub(crate) struct Faults {
     latency_micros: AtomicU64,
     fail_next: AtomicU64,
+    /// Pending failures of one named call each (`fail_calls`).
+    fail_named: Mutex<BTreeMap<String, u64>>,
     total_calls: AtomicU64,
     per_call: Mutex<BTreeMap<String, u64>>,
 }
@@ -34,8 +36,26 @@ impl Faults {
         self.fail_next.store(n, Ordering::SeqCst);
     }
 
-    /// Consumes one pending failure, if any.
-    pub fn take_failure(&self) -> bool {
+    /// The next `n` calls of `method` (e.g. `mutateRowsTs`) fail, other
+    /// calls are unaffected (replacing any such failures still pending).
+    pub fn fail_calls(&self, method: &str, n: u64) {
+        self.fail_named
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(method.to_owned(), n);
+    }
+
+    /// Consumes one pending failure of `method` or of any call, if any.
+    pub fn take_failure(&self, method: &str) -> bool {
+        {
+            let mut named = self.fail_named.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(n) = named.get_mut(method)
+                && *n > 0
+            {
+                *n -= 1;
+                return true;
+            }
+        }
         self.fail_next
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .is_ok()
@@ -78,9 +98,13 @@ mod tests {
     fn failures_are_consumed_one_per_call() {
         let faults = Faults::default();
         faults.fail_next(2);
-        assert!(faults.take_failure());
-        assert!(faults.take_failure());
-        assert!(!faults.take_failure());
+        assert!(faults.take_failure("get"));
+        assert!(faults.take_failure("get"));
+        assert!(!faults.take_failure("get"));
+        faults.fail_calls("mutateRowsTs", 1);
+        assert!(!faults.take_failure("get"));
+        assert!(faults.take_failure("mutateRowsTs"));
+        assert!(!faults.take_failure("mutateRowsTs"));
     }
 
     #[test]

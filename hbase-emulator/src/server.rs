@@ -271,6 +271,12 @@ impl EmulatorHandle {
         self.faults.fail_next(n);
     }
 
+    /// The next `n` calls of `method` (a Thrift method name such as
+    /// `mutateRowsTs`) answer with an injected `IOError`; other calls pass.
+    pub fn fail_calls(&self, method: &str, n: u64) {
+        self.faults.fail_calls(method, n);
+    }
+
     /// Shuts down every live client connection; the server keeps listening.
     pub fn drop_connections(&self) {
         self.shared.connections.shutdown_all();

@@ -29,7 +29,16 @@ impl pb::deduper_service_server::DeduperService for DataService {
         authorize(&extensions, &r.client_id)?;
         metrics::request_entities("Add", r.entities.len());
         within_deadline("Add", &metadata, self.timeout, async {
-            let added = self.engine.add(&r.client_id, &r.deduper, r.entities, r.ttl_ms).await;
+            let added = self
+                .engine
+                .add_with_id(
+                    &r.client_id,
+                    &r.deduper,
+                    r.entities,
+                    r.ttl_ms,
+                    r.request_id.map(Vec::from),
+                )
+                .await;
             Ok(Response::new(pb::AddResponse {
                 added: added.map_err(status_of)?,
             }))
@@ -63,7 +72,13 @@ impl pb::deduper_service_server::DeduperService for DataService {
         within_deadline("AddIfAbsent", &metadata, self.timeout, async {
             let absent = self
                 .engine
-                .add_if_absent(&r.client_id, &r.deduper, r.entities, r.ttl_ms)
+                .add_if_absent_with_id(
+                    &r.client_id,
+                    &r.deduper,
+                    r.entities,
+                    r.ttl_ms,
+                    r.request_id.map(Vec::from),
+                )
                 .await;
             Ok(Response::new(pb::AddIfAbsentResponse {
                 absent: absent.map_err(status_of)?,

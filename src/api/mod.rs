@@ -33,7 +33,7 @@ pub mod pb {
 pub fn status_of(e: EngineError) -> Status {
     let code = match &e {
         EngineError::NotFound { .. } => Code::NotFound,
-        EngineError::Inactive { .. } => Code::FailedPrecondition,
+        EngineError::Inactive { .. } | EngineError::Misplaced { .. } => Code::FailedPrecondition,
         EngineError::AlreadyExists { .. } => Code::AlreadyExists,
         EngineError::Invalid(_) => Code::InvalidArgument,
         EngineError::Storage(StorageError::Unavailable(_)) => Code::Unavailable,

@@ -185,10 +185,31 @@ pub async fn deduper(command: DeduperCommand) -> anyhow::Result<()> {
 type Shown = (String, Vec<u8>);
 
 /// Entities from the arguments, or batches of stdin lines.
+/// An entity as one line of output: UTF-8 text as is, except `\\`,
+/// control characters (`\n`, `\t`, `\u{..}`) and bytes that are not UTF-8
+/// (`\xNN`), which are escaped; never a raw newline.
+pub fn escape(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c == '\\' || c.is_control() {
+                out.extend(c.escape_debug());
+            } else {
+                out.push(c);
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
 fn batches(a: &DataArgs) -> anyhow::Result<Vec<Vec<Shown>>> {
     let decode = |s: &str| -> anyhow::Result<(String, Vec<u8>)> {
         let bytes = if a.hex { decode_hex(s)? } else { s.as_bytes().to_vec() };
-        Ok((s.to_string(), bytes))
+        let shown = if a.hex { s.to_ascii_lowercase() } else { escape(&bytes) };
+        Ok((shown, bytes))
     };
     let items: Vec<(String, Vec<u8>)> = if a.entities.is_empty() {
         let mut v = Vec::new();
@@ -211,6 +232,7 @@ pub async fn add(a: DataArgs) -> anyhow::Result<()> {
     for batch in batches(&a)? {
         let r = c
             .add(pb::AddRequest {
+                request_id: None,
                 client_id: a.client.clone(),
                 deduper: a.deduper.clone(),
                 entities: batch.into_iter().map(|(_, b)| b.into()).collect(),
@@ -231,6 +253,7 @@ pub async fn check(a: DataArgs, add: bool) -> anyhow::Result<()> {
         let entities = batch.iter().map(|(_, b)| b.clone().into()).collect();
         let absent = if add {
             let req = pb::AddIfAbsentRequest {
+                request_id: None,
                 client_id: a.client.clone(),
                 deduper: a.deduper.clone(),
                 entities,
@@ -250,4 +273,18 @@ pub async fn check(a: DataArgs, add: bool) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escape;
+
+    #[test]
+    fn entities_are_shown_on_one_line() {
+        assert_eq!(escape(b"order-1"), "order-1");
+        assert_eq!(escape("caf\u{e9}".as_bytes()), "caf\u{e9}");
+        assert_eq!(escape(b"a\nb\tc\\d"), "a\\nb\\tc\\\\d");
+        assert_eq!(escape(b"\xff\x00x"), "\\xff\\0x");
+        assert!(!escape(b"line1\r\nline2").contains('\n'));
+    }
 }

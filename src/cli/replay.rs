@@ -154,6 +154,7 @@ pub async fn run(a: ReplayArgs) -> anyhow::Result<()> {
             .map(|&i| format!("{prefix}{}", keys[i]).into_bytes().into())
             .collect();
         let req = pb::AddIfAbsentRequest {
+            request_id: None,
             client_id: a.client.clone(),
             deduper: a.deduper.clone(),
             entities,

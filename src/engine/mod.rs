@@ -2,14 +2,20 @@
 //! hash every entity to its shard and `k` bits, group the bits into one
 //! sorted address list, make one storage call, answer in request order.
 
-use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use tokio::sync::watch;
+
+use self::requests::{Kind, Record};
 use crate::clock::now_ms;
 use crate::contract::hashing;
 use crate::deduper::{self, Deduper, Level, ModelError, SizeLimits, Sizing};
-use crate::storage::{BitAddr, Cell, StorageError, Store};
+use crate::storage::{BitAddr, Cell, RequestKey, StorageError, Store};
+
+pub mod requests;
 
 /// Request limits (`limits.*` in the config).
 #[derive(Debug, Clone, Copy)]
@@ -19,6 +25,8 @@ pub struct Limits {
     /// Largest entity, in bytes.
     pub max_entity_bytes: usize,
     pub sizes: SizeLimits,
+    /// How long a `request_id`'s answer is remembered, in ms.
+    pub request_id_window_ms: u64,
 }
 
 impl Default for Limits {
@@ -27,6 +35,7 @@ impl Default for Limits {
             max_entities_per_request: 10_000,
             max_entity_bytes: 4096,
             sizes: SizeLimits::default(),
+            request_id_window_ms: 300_000,
         }
     }
 }
@@ -42,8 +51,39 @@ pub enum EngineError {
     AlreadyExists { client_id: String, name: String },
     #[error("{0}")]
     Invalid(String),
+    #[error(
+        "deduper {name:?} keeps its bits in {recorded:?}, but the current settings put them in {current:?} \
+         (storage.table / farm changed?); refusing to serve it empty: restore the setting"
+    )]
+    Misplaced {
+        name: String,
+        recorded: String,
+        current: String,
+    },
     #[error(transparent)]
     Storage(StorageError),
+}
+
+/// The outcome of one config lookup, shared by every caller waiting on it.
+#[derive(Debug, Clone)]
+enum Lookup {
+    Found(Arc<Deduper>),
+    NotFound,
+    Failed(String, bool),
+}
+
+/// Looked-up configs with the time they were read.
+type Cache = Arc<RwLock<HashMap<CacheKey, (Arc<Deduper>, Instant)>>>;
+
+type Inflight = Arc<Mutex<HashMap<CacheKey, watch::Receiver<Option<Lookup>>>>>;
+
+/// Sets its flag when dropped: tells queued storage work its caller left.
+struct Abandon(Arc<AtomicBool>);
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
 }
 
 impl From<ModelError> for EngineError {
@@ -83,7 +123,11 @@ type CacheKey = (String, String);
 pub struct Engine {
     store: Arc<dyn Store>,
     limits: Limits,
-    cache: RwLock<HashMap<CacheKey, (Arc<Deduper>, Instant)>>,
+    cache: Cache,
+    /// Config lookups under way: later callers wait for the same read.
+    inflight: Inflight,
+    /// Dedupers whose config records no data location, logged once each.
+    unrecorded: Mutex<HashSet<CacheKey>>,
 }
 
 /// Entities hashed and grouped: `addrs` sorted and unique, `index[i*k + j]`
@@ -135,7 +179,9 @@ impl Engine {
         Engine {
             store,
             limits,
-            cache: RwLock::new(HashMap::new()),
+            cache: Arc::new(RwLock::new(HashMap::new())),
+            inflight: Arc::new(Mutex::new(HashMap::new())),
+            unrecorded: Mutex::new(HashSet::new()),
         }
     }
 
@@ -147,11 +193,25 @@ impl Engine {
         &self.limits
     }
 
-    /// Runs blocking storage work off the async workers.
+    /// Runs blocking storage work off the async workers. When the caller
+    /// goes away (deadline passed, cancelled) before the work left the
+    /// blocking pool's queue, the work is dropped without touching storage;
+    /// work already running finishes.
     async fn blocking<T: Send + 'static>(
         f: impl FnOnce() -> Result<T, EngineError> + Send + 'static,
     ) -> Result<T, EngineError> {
-        tokio::task::spawn_blocking(f).await.unwrap_or_else(|e| {
+        let gone = Arc::new(AtomicBool::new(false));
+        let _abandon = Abandon(gone.clone());
+        tokio::task::spawn_blocking(move || {
+            if gone.load(Ordering::SeqCst) {
+                return Err(EngineError::Storage(StorageError::Unavailable(
+                    "caller left before storage was reached".into(),
+                )));
+            }
+            f()
+        })
+        .await
+        .unwrap_or_else(|e| {
             Err(EngineError::Storage(StorageError::Unavailable(format!(
                 "storage task failed: {e}"
             ))))
@@ -192,6 +252,10 @@ impl Engine {
         Ok(d)
     }
 
+    /// The config of a deduper for a data call: from the cache, or from one
+    /// storage read shared by every concurrent caller. The read runs to the
+    /// end and fills the cache even when its callers left. Errors:
+    /// `Invalid` names, `NotFound`, `Misplaced`, `Storage`.
     async fn cached_deduper(&self, client_id: &str, name: &str) -> Result<Arc<Deduper>, EngineError> {
         deduper::validate_name("client_id", client_id)?;
         deduper::validate_name("deduper", name)?;
@@ -199,14 +263,103 @@ impl Engine {
         if let Some((d, at)) = self.cache.read().unwrap_or_else(|p| p.into_inner()).get(&key)
             && at.elapsed() < CONFIG_CACHE_TTL
         {
-            return Ok(d.clone());
+            return self.check_location(&key, d.clone());
         }
-        let d = Arc::new(self.load_deduper(client_id, name).await?);
-        self.cache
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key, (d.clone(), Instant::now()));
-        Ok(d)
+        let mut rx = self.lookup(&key);
+        let outcome = rx
+            .wait_for(Option::is_some)
+            .await
+            .map(|v| v.clone())
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| Lookup::Failed("config lookup task ended".into(), false));
+        match outcome {
+            Lookup::Found(d) => self.check_location(&key, d),
+            Lookup::NotFound => Err(EngineError::NotFound {
+                client_id: key.0,
+                name: key.1,
+            }),
+            Lookup::Failed(m, true) => Err(EngineError::Storage(StorageError::Corrupt(m))),
+            Lookup::Failed(m, false) => Err(EngineError::Storage(StorageError::Unavailable(m))),
+        }
+    }
+
+    /// Joins the lookup of `key` under way, or starts one on its own task.
+    fn lookup(&self, key: &CacheKey) -> watch::Receiver<Option<Lookup>> {
+        let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(rx) = inflight.get(key) {
+            return rx.clone();
+        }
+        let (tx, rx) = watch::channel(None);
+        inflight.insert(key.clone(), rx.clone());
+        let (store, cache, inflight, key) = (
+            self.store.clone(),
+            self.cache.clone(),
+            self.inflight.clone(),
+            key.clone(),
+        );
+        tokio::spawn(async move {
+            let (c, n) = key.clone();
+            let read = tokio::task::spawn_blocking(move || store.get_deduper(&c, &n)).await;
+            let outcome = match read {
+                Ok(Ok(Some(d))) => Lookup::Found(Arc::new(d)),
+                Ok(Ok(None)) => Lookup::NotFound,
+                Ok(Err(StorageError::Corrupt(m))) => Lookup::Failed(m, true),
+                Ok(Err(e)) => Lookup::Failed(e.to_string(), false),
+                Err(e) => Lookup::Failed(format!("storage task failed: {e}"), false),
+            };
+            if let Lookup::Found(d) = &outcome {
+                cache
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(key.clone(), (d.clone(), Instant::now()));
+            }
+            inflight.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+            let _ = tx.send(Some(outcome));
+        });
+        rx
+    }
+
+    /// Refuses a deduper whose recorded data location differs from where
+    /// the current settings put its bits (`Misplaced`, logged). A config
+    /// without a recorded location is taken to match (logged once).
+    fn check_location(&self, key: &CacheKey, d: Arc<Deduper>) -> Result<Arc<Deduper>, EngineError> {
+        let Some(current) = self.store.data_location(&d) else {
+            return Ok(d);
+        };
+        match &d.data_location {
+            Some(recorded) if *recorded != current => {
+                tracing::error!(
+                    client_id = %d.client_id,
+                    deduper = %d.name,
+                    recorded = %recorded,
+                    current = %current,
+                    "deduper refused: its bits live elsewhere than the current settings say"
+                );
+                Err(EngineError::Misplaced {
+                    name: d.name.clone(),
+                    recorded: recorded.clone(),
+                    current,
+                })
+            }
+            Some(_) => Ok(d),
+            None => {
+                if self
+                    .unrecorded
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(key.clone())
+                {
+                    tracing::info!(
+                        client_id = %d.client_id,
+                        deduper = %d.name,
+                        location = %current,
+                        "deduper config records no data location (older writer): taken to be the current one"
+                    );
+                }
+                Ok(d)
+            }
+        }
     }
 
     async fn load_deduper(&self, client_id: &str, name: &str) -> Result<Deduper, EngineError> {
@@ -234,19 +387,73 @@ impl Engine {
     where
         E: AsRef<[u8]> + Send + Sync + 'static,
     {
+        self.add_with_id(client_id, name, entities, ttl_ms, None).await
+    }
+
+    /// [`Engine::add`], safe to retry with the same `request_id` within
+    /// `limits.request_id_window_seconds`: the first attempt's record is
+    /// stored before its bits, and a retry returns its answer and writes
+    /// the bits again (with the first attempt's expiry). Errors besides
+    /// `add`'s: `Invalid` for a reused `request_id` with another request.
+    pub async fn add_with_id<E>(
+        &self,
+        client_id: &str,
+        name: &str,
+        entities: Vec<E>,
+        ttl_ms: u64,
+        request_id: Option<Vec<u8>>,
+    ) -> Result<u32, EngineError>
+    where
+        E: AsRef<[u8]> + Send + Sync + 'static,
+    {
         self.validate_entities(&entities)?;
+        if let Some(id) = &request_id {
+            requests::validate_id(id)?;
+        }
         let d = self.active_deduper(client_id, name).await?;
         let ttl = d.effective_ttl_ms(ttl_ms)?;
         if entities.is_empty() {
             return Ok(0);
         }
         let store = self.store.clone();
+        let key = request_id.map(|id| self.request_key(client_id, name, id));
+        let window = self.limits.request_id_window_ms as i64;
         Self::blocking(move || {
+            let now = now_ms();
+            let expire = check_expire(&*store, now, ttl)?;
             let plan = Plan::build(&d, &entities);
-            store.write_bits(&d, &plan.addrs, now_ms() + ttl as i64)?;
-            Ok(entities.len() as u32)
+            let Some(key) = key else {
+                store.write_bits(&d, &plan.addrs, expire)?;
+                return Ok(entities.len() as u32);
+            };
+            let digest = requests::digest(ttl_ms, &entities);
+            let ours = Record {
+                kind: Kind::Add,
+                digest,
+                expire_ms: expire,
+                count: entities.len() as u32,
+                absent: Vec::new(),
+            };
+            let record = match store.recall_request(&key)? {
+                Some(earlier) => Record::decode(&earlier)?,
+                None => match store.remember_request(&key, &ours.encode(), now + window)? {
+                    Some(earlier) => Record::decode(&earlier)?,
+                    None => ours,
+                },
+            };
+            record.check_same(Kind::Add, &digest)?;
+            store.write_bits(&d, &plan.addrs, record.expire_ms)?;
+            Ok(record.count)
         })
         .await
+    }
+
+    fn request_key(&self, client_id: &str, name: &str, request_id: Vec<u8>) -> RequestKey {
+        RequestKey {
+            client_id: client_id.to_string(),
+            deduper: name.to_string(),
+            request_id,
+        }
     }
 
     /// For each entity: true = definitely absent (never added, or expired).
@@ -291,27 +498,91 @@ impl Engine {
     where
         E: AsRef<[u8]> + Send + Sync + 'static,
     {
+        self.add_if_absent_with_id(client_id, name, entities, ttl_ms, None)
+            .await
+    }
+
+    /// [`Engine::add_if_absent`], safe to retry with the same `request_id`
+    /// within `limits.request_id_window_seconds`: the answer is computed
+    /// from the read, recorded, and only then are the bits written; a retry
+    /// returns the recorded answer and writes the bits again. Errors besides
+    /// `add_if_absent`'s: `Invalid` for a reused `request_id` with another
+    /// request.
+    pub async fn add_if_absent_with_id<E>(
+        &self,
+        client_id: &str,
+        name: &str,
+        entities: Vec<E>,
+        ttl_ms: u64,
+        request_id: Option<Vec<u8>>,
+    ) -> Result<Vec<bool>, EngineError>
+    where
+        E: AsRef<[u8]> + Send + Sync + 'static,
+    {
         self.validate_entities(&entities)?;
+        if let Some(id) = &request_id {
+            requests::validate_id(id)?;
+        }
         let d = self.active_deduper(client_id, name).await?;
         let ttl = d.effective_ttl_ms(ttl_ms)?;
         if entities.is_empty() {
             return Ok(Vec::new());
         }
         let store = self.store.clone();
+        let key = request_id.map(|id| self.request_key(client_id, name, id));
+        let window = self.limits.request_id_window_ms as i64;
         Self::blocking(move || {
             let plan = Plan::build(&d, &entities);
             let now = now_ms();
-            let cells = store.read_and_write_bits(&d, &plan.addrs, now + ttl as i64)?;
-            check_len(&cells, &plan)?;
-            let mut set: Vec<bool> = cells.iter().map(|c| c.is_set(now)).collect();
-            Ok((0..entities.len())
-                .map(|i| {
-                    let bits = plan.entity_bits(i);
-                    let absent = bits.iter().any(|&a| !set[a as usize]);
-                    bits.iter().for_each(|&a| set[a as usize] = true);
-                    absent
-                })
-                .collect())
+            let expire = check_expire(&*store, now, ttl)?;
+            let digest = key.as_ref().map(|_| requests::digest(ttl_ms, &entities));
+            if let (Some(key), Some(digest)) = (&key, &digest)
+                && let Some(earlier) = store.recall_request(key)?
+            {
+                let record = Record::decode(&earlier)?;
+                record.check_same(Kind::AddIfAbsent, digest)?;
+                store.write_bits(&d, &plan.addrs, record.expire_ms)?;
+                return Ok(record.absent);
+            }
+            let mut answer = None;
+            let mut earlier = None;
+            let result = store.read_and_write_bits(&d, &plan.addrs, expire, &mut |cells: &[Cell]| {
+                if cells.len() != plan.addrs.len() {
+                    return Err(StorageError::Corrupt(format!(
+                        "storage answered {} cells for {} bits",
+                        cells.len(),
+                        plan.addrs.len()
+                    )));
+                }
+                let absent = answer_of(&plan, entities.len(), cells, now);
+                if let (Some(key), Some(digest)) = (&key, digest) {
+                    let ours = Record {
+                        kind: Kind::AddIfAbsent,
+                        digest,
+                        expire_ms: expire,
+                        count: entities.len() as u32,
+                        absent: absent.clone(),
+                    };
+                    if let Some(e) = store.remember_request(key, &ours.encode(), now + window)? {
+                        // Another attempt recorded first: write nothing here.
+                        earlier = Some(e);
+                        return Err(StorageError::AlreadyExists);
+                    }
+                }
+                answer = Some(absent);
+                Ok(())
+            });
+            if let (Some(e), Some(digest)) = (earlier, &digest) {
+                let record = Record::decode(&e)?;
+                record.check_same(Kind::AddIfAbsent, digest)?;
+                store.write_bits(&d, &plan.addrs, record.expire_ms)?;
+                return Ok(record.absent);
+            }
+            let cells = result?;
+            answer.ok_or_else(|| EngineError::Storage(StorageError::Corrupt("no answer computed".into())))?;
+            // The store's final cells decide: the HBase guard returns the rows it
+            // lost a race on as set, after the answer was recorded from its read.
+            Ok(answer_of(&plan, entities.len(), &cells, now))
         })
         .await
     }
@@ -335,6 +606,7 @@ impl Engine {
             Sizing::Explicit(_) => (None, None),
         };
         let now = now_ms();
+        check_expire(&*self.store, now, spec.expiry_seconds.saturating_mul(1000))?;
         let d = Deduper {
             expected_insertions: n,
             false_positive_rate: p,
@@ -346,6 +618,10 @@ impl Engine {
                 spec.level,
                 now,
             )
+        };
+        let d = Deduper {
+            data_location: self.store.data_location(&d),
+            ..d
         };
         let store = self.store.clone();
         let created = d.clone();
@@ -377,6 +653,10 @@ impl Engine {
     }
 
     /// Changes `active` and/or `expiry_seconds`; the geometry never changes.
+    /// Atomic against concurrent updates: returns only once this change is
+    /// in the stored config, and returns that config. Errors: `Invalid`
+    /// names or expiry (also one the store would cut short), `NotFound`,
+    /// `Storage`.
     pub async fn update_deduper(
         &self,
         client_id: &str,
@@ -384,21 +664,84 @@ impl Engine {
         active: Option<bool>,
         expiry_seconds: Option<u64>,
     ) -> Result<Deduper, EngineError> {
-        let mut d = self.get_deduper(client_id, name).await?;
+        deduper::validate_name("client_id", client_id)?;
+        deduper::validate_name("name", name)?;
         if let Some(e) = expiry_seconds {
             deduper::validate_expiry(e)?;
-            d.expiry_seconds = e;
+            check_expire(&*self.store, now_ms(), e.saturating_mul(1000))?;
         }
-        if let Some(a) = active {
-            d.active = a;
-        }
-        d.update_time_ms = now_ms();
         let store = self.store.clone();
-        let updated = d.clone();
-        Self::blocking(move || Ok(store.update_deduper(&updated)?)).await?;
+        let (c, n) = (client_id.to_string(), name.to_string());
+        let updated = Self::blocking(move || {
+            let change = move |d: &mut Deduper| {
+                if let Some(e) = expiry_seconds {
+                    d.expiry_seconds = e;
+                }
+                if let Some(a) = active {
+                    d.active = a;
+                }
+                d.update_time_ms = now_ms();
+            };
+            store
+                .update_deduper(&c, &n, &change)?
+                .ok_or(EngineError::NotFound { client_id: c, name: n })
+        })
+        .await?;
         self.forget(client_id, name);
-        Ok(d)
+        Ok(updated)
     }
+}
+
+/// `absent` per entity from the cells read: an entity is absent when one
+/// of its bits is unset, and a later entity sees the earlier ones as added.
+fn answer_of(plan: &Plan, entities: usize, cells: &[Cell], now: i64) -> Vec<bool> {
+    let mut set: Vec<bool> = cells.iter().map(|c| c.is_set(now)).collect();
+    (0..entities)
+        .map(|i| {
+            let bits = plan.entity_bits(i);
+            let absent = bits.iter().any(|&a| !set[a as usize]);
+            bits.iter().for_each(|&a| set[a as usize] = true);
+            absent
+        })
+        .collect()
+}
+
+/// The expiry time of an add at `now` with `ttl_ms` (ms since the Unix
+/// epoch); `Invalid`, naming the limit, when the store would cut it short.
+fn check_expire(store: &dyn Store, now: i64, ttl_ms: u64) -> Result<i64, EngineError> {
+    let expire = now.saturating_add(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
+    let max = store.max_expire_ms();
+    if expire > max {
+        return Err(EngineError::Invalid(format!(
+            "an expiry {ttl_ms} ms from now ends after {}, the latest the {} store keeps (stamps are u32 seconds); \
+             use a shorter ttl_ms or expiry_seconds",
+            format_ms(max),
+            store.kind()
+        )));
+    }
+    Ok(expire)
+}
+
+/// `YYYY-MM-DDTHH:MM:SSZ` of ms since the Unix epoch (proleptic Gregorian).
+fn format_ms(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 fn check_len(cells: &[Cell], plan: &Plan) -> Result<(), EngineError> {

@@ -2,6 +2,7 @@
 //! per request, grouping of bits, entity order.
 
 use std::sync::Mutex;
+use std::sync::atomic::AtomicUsize;
 
 use super::*;
 use crate::contract::sizing::Geometry;
@@ -12,6 +13,12 @@ struct CountingStore {
     bits: Mutex<HashMap<BitAddr, i64>>,
     calls: Mutex<Vec<&'static str>>,
     dedupers: Mutex<HashMap<(String, String), Deduper>>,
+    requests: Mutex<HashMap<RequestKey, Vec<u8>>>,
+    /// Writes to fail from now on (a fault between the read and the write).
+    fail_writes: AtomicBool,
+    /// How long `get_deduper` takes, in ms, and how many times it ran.
+    get_delay_ms: AtomicUsize,
+    gets: AtomicUsize,
 }
 
 impl CountingStore {
@@ -27,13 +34,17 @@ impl CountingStore {
             })
             .collect()
     }
-    fn write(&self, bits: &[BitAddr], expire_ms: i64) {
+    fn write(&self, bits: &[BitAddr], expire_ms: i64) -> Result<(), StorageError> {
+        if self.fail_writes.load(Ordering::SeqCst) {
+            return Err(StorageError::Unavailable("injected write failure".into()));
+        }
         assert!(bits.windows(2).all(|w| w[0] < w[1]), "addresses sorted and unique");
         let mut map = self.bits.lock().unwrap();
         for b in bits {
             let e = map.entry(*b).or_insert(expire_ms);
             *e = (*e).max(expire_ms);
         }
+        Ok(())
     }
 }
 
@@ -47,13 +58,19 @@ impl Store for CountingStore {
     }
     fn write_bits(&self, _: &Deduper, bits: &[BitAddr], expire_ms: i64) -> Result<(), StorageError> {
         self.calls.lock().unwrap().push("write");
-        self.write(bits, expire_ms);
-        Ok(())
+        self.write(bits, expire_ms)
     }
-    fn read_and_write_bits(&self, _: &Deduper, bits: &[BitAddr], e: i64) -> Result<Vec<Cell>, StorageError> {
+    fn read_and_write_bits(
+        &self,
+        _: &Deduper,
+        bits: &[BitAddr],
+        e: i64,
+        before_write: &mut crate::storage::BeforeWrite<'_>,
+    ) -> Result<Vec<Cell>, StorageError> {
         self.calls.lock().unwrap().push("read_and_write");
         let cells = self.read(bits);
-        self.write(bits, e);
+        before_write(&cells)?;
+        self.write(bits, e)?;
         Ok(cells)
     }
     fn create_deduper(&self, d: &Deduper) -> Result<(), StorageError> {
@@ -63,10 +80,32 @@ impl Store for CountingStore {
             .insert((d.client_id.clone(), d.name.clone()), d.clone());
         Ok(())
     }
-    fn update_deduper(&self, d: &Deduper) -> Result<(), StorageError> {
-        self.create_deduper(d)
+    fn update_deduper(
+        &self,
+        c: &str,
+        n: &str,
+        change: &crate::storage::Change<'_>,
+    ) -> Result<Option<Deduper>, StorageError> {
+        let mut map = self.dedupers.lock().unwrap();
+        Ok(map.get_mut(&(c.to_string(), n.to_string())).map(|d| {
+            change(d);
+            d.clone()
+        }))
+    }
+    fn remember_request(&self, key: &RequestKey, record: &[u8], _: i64) -> Result<Option<Vec<u8>>, StorageError> {
+        let mut map = self.requests.lock().unwrap();
+        if let Some(earlier) = map.get(key) {
+            return Ok(Some(earlier.clone()));
+        }
+        map.insert(key.clone(), record.to_vec());
+        Ok(None)
+    }
+    fn recall_request(&self, key: &RequestKey) -> Result<Option<Vec<u8>>, StorageError> {
+        Ok(self.requests.lock().unwrap().get(key).cloned())
     }
     fn get_deduper(&self, c: &str, n: &str) -> Result<Option<Deduper>, StorageError> {
+        self.gets.fetch_add(1, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(self.get_delay_ms.load(Ordering::SeqCst) as u64));
         self.calls.lock().unwrap().push("get_deduper");
         Ok(self
             .dedupers
@@ -148,4 +187,176 @@ async fn plan_groups_duplicate_bits_and_keeps_entity_order() {
             .collect();
         assert_eq!(got, expected);
     }
+}
+
+async fn engine_with_deduper() -> (Arc<CountingStore>, Engine) {
+    let store = Arc::new(CountingStore::default());
+    let engine = Engine::new(store.clone(), Limits::default());
+    let spec = CreateSpec {
+        client_id: "c".into(),
+        name: "d".into(),
+        expected_insertions: 10_000,
+        false_positive_rate: 0.001,
+        expiry_seconds: 60,
+        ..Default::default()
+    };
+    engine.create_deduper(spec).await.unwrap();
+    (store, engine)
+}
+
+fn items(prefix: &str, n: usize) -> Vec<Vec<u8>> {
+    (0..n).map(|i| format!("{prefix}-{i}").into_bytes()).collect()
+}
+
+/// A fault between the read and the write of AddIfAbsent: the retry with
+/// the same request_id answers "absent" for every first occurrence (the
+/// recorded answer), and its writes complete.
+#[tokio::test]
+async fn add_if_absent_retry_after_a_failed_write_reports_the_first_answer() {
+    let (store, engine) = engine_with_deduper().await;
+    let batch = items("new", 100);
+    let id = Some(b"req-1".to_vec());
+    store.fail_writes.store(true, Ordering::SeqCst);
+    let failed = engine
+        .add_if_absent_with_id("c", "d", batch.clone(), 0, id.clone())
+        .await;
+    assert!(
+        matches!(failed, Err(EngineError::Storage(StorageError::Unavailable(_)))),
+        "{failed:?}"
+    );
+    store.fail_writes.store(false, Ordering::SeqCst);
+    let retry = engine
+        .add_if_absent_with_id("c", "d", batch.clone(), 0, id.clone())
+        .await
+        .unwrap();
+    assert!(
+        retry.iter().all(|&a| a),
+        "a retry reports every first occurrence as absent"
+    );
+    let again = engine
+        .add_if_absent_with_id("c", "d", batch.clone(), 0, id.clone())
+        .await
+        .unwrap();
+    assert_eq!(again, retry, "every repeat gets the first answer");
+    assert!(
+        engine
+            .check_absence("c", "d", batch.clone())
+            .await
+            .unwrap()
+            .iter()
+            .all(|&a| !a),
+        "writes completed"
+    );
+    // Without a request_id the same retry would say "present": the bits are there now.
+    assert!(
+        engine
+            .add_if_absent("c", "d", batch.clone(), 0)
+            .await
+            .unwrap()
+            .iter()
+            .all(|&a| !a)
+    );
+    // Same id, other entities: refused.
+    let other = engine
+        .add_if_absent_with_id("c", "d", items("other", 3), 0, id.clone())
+        .await;
+    assert!(
+        matches!(other, Err(EngineError::Invalid(ref m)) if m.contains("request_id")),
+        "{other:?}"
+    );
+    let wrong_rpc = engine.add_with_id("c", "d", batch, 0, id).await;
+    assert!(matches!(wrong_rpc, Err(EngineError::Invalid(_))), "{wrong_rpc:?}");
+}
+
+#[tokio::test]
+async fn add_retry_after_a_failed_write_completes_it() {
+    let (store, engine) = engine_with_deduper().await;
+    let batch = items("a", 50);
+    let id = Some(vec![0, 1, 2, 255]);
+    store.fail_writes.store(true, Ordering::SeqCst);
+    assert!(
+        engine
+            .add_with_id("c", "d", batch.clone(), 0, id.clone())
+            .await
+            .is_err()
+    );
+    store.fail_writes.store(false, Ordering::SeqCst);
+    assert!(
+        engine
+            .check_absence("c", "d", batch.clone())
+            .await
+            .unwrap()
+            .iter()
+            .all(|&a| a)
+    );
+    assert_eq!(engine.add_with_id("c", "d", batch.clone(), 0, id).await.unwrap(), 50);
+    assert!(engine.check_absence("c", "d", batch).await.unwrap().iter().all(|&a| !a));
+    let long = engine.add_with_id("c", "d", items("b", 1), 0, Some(vec![7; 129])).await;
+    assert!(
+        matches!(long, Err(EngineError::Invalid(ref m)) if m.contains("128")),
+        "{long:?}"
+    );
+}
+
+/// Concurrent lookups of one deduper's config share one storage read, and
+/// the read fills the cache even though every caller left before it ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_lookups_are_single_flight_and_outlive_their_callers() {
+    let (store, engine) = engine_with_deduper().await;
+    let engine = Arc::new(engine);
+    store.get_delay_ms.store(300, Ordering::SeqCst);
+    let before = store.gets.load(Ordering::SeqCst);
+    let callers: Vec<_> = (0..20)
+        .map(|_| {
+            let engine = engine.clone();
+            tokio::spawn(async move {
+                tokio::time::timeout(
+                    Duration::from_millis(50),
+                    engine.check_absence("c", "d", vec![b"x".to_vec()]),
+                )
+                .await
+            })
+        })
+        .collect();
+    for c in callers {
+        assert!(c.await.unwrap().is_err(), "every caller gave up after 50 ms");
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        store.gets.load(Ordering::SeqCst) - before,
+        1,
+        "one storage read for 20 callers"
+    );
+    store.get_delay_ms.store(10_000, Ordering::SeqCst);
+    let start = Instant::now();
+    engine.check_absence("c", "d", vec![b"x".to_vec()]).await.unwrap();
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "served from the cache the abandoned read filled"
+    );
+}
+
+/// Storage work queued for a caller that has gone never reaches storage.
+#[test]
+fn abandoned_work_is_dropped_before_storage() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .max_blocking_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let ran = Arc::new(AtomicBool::new(false));
+    rt.block_on(async {
+        // The only blocking thread is busy: the call below waits in the queue.
+        let busy = tokio::task::spawn_blocking(|| std::thread::sleep(Duration::from_millis(200)));
+        let flag = ran.clone();
+        let call = Engine::blocking(move || {
+            flag.store(true, Ordering::SeqCst);
+            Ok(())
+        });
+        assert!(tokio::time::timeout(Duration::from_millis(20), call).await.is_err());
+        busy.await.unwrap();
+        tokio::task::spawn_blocking(|| ()).await.unwrap();
+    });
+    assert!(!ran.load(Ordering::SeqCst), "work of a caller that left was skipped");
 }

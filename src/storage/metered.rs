@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{BitAddr, Cell, StorageError, Store};
+use super::{BeforeWrite, BitAddr, Cell, Change, RequestKey, StorageError, Store};
 use crate::deduper::Deduper;
 use crate::metrics;
 
@@ -47,9 +47,10 @@ impl Store for MeteredStore {
         deduper: &Deduper,
         bits: &[BitAddr],
         expire_ms: i64,
+        before_write: &mut BeforeWrite<'_>,
     ) -> Result<Vec<Cell>, StorageError> {
         Self::timed("read_and_write_bits", || {
-            self.inner.read_and_write_bits(deduper, bits, expire_ms)
+            self.inner.read_and_write_bits(deduper, bits, expire_ms, before_write)
         })
     }
 
@@ -65,8 +66,13 @@ impl Store for MeteredStore {
         r
     }
 
-    fn update_deduper(&self, deduper: &Deduper) -> Result<(), StorageError> {
-        Self::timed("update_deduper", || self.inner.update_deduper(deduper))
+    fn update_deduper(
+        &self,
+        client_id: &str,
+        name: &str,
+        change: &Change<'_>,
+    ) -> Result<Option<Deduper>, StorageError> {
+        Self::timed("update_deduper", || self.inner.update_deduper(client_id, name, change))
     }
 
     fn get_deduper(&self, client_id: &str, name: &str) -> Result<Option<Deduper>, StorageError> {
@@ -75,6 +81,29 @@ impl Store for MeteredStore {
 
     fn list_dedupers(&self, client_id: &str, active_only: bool) -> Result<Vec<Deduper>, StorageError> {
         Self::timed("list_dedupers", || self.inner.list_dedupers(client_id, active_only))
+    }
+
+    fn remember_request(
+        &self,
+        key: &RequestKey,
+        record: &[u8],
+        expire_ms: i64,
+    ) -> Result<Option<Vec<u8>>, StorageError> {
+        Self::timed("remember_request", || {
+            self.inner.remember_request(key, record, expire_ms)
+        })
+    }
+
+    fn recall_request(&self, key: &RequestKey) -> Result<Option<Vec<u8>>, StorageError> {
+        Self::timed("recall_request", || self.inner.recall_request(key))
+    }
+
+    fn max_expire_ms(&self) -> i64 {
+        self.inner.max_expire_ms()
+    }
+
+    fn data_location(&self, deduper: &Deduper) -> Option<String> {
+        self.inner.data_location(deduper)
     }
 
     fn ping(&self) -> Result<(), StorageError> {

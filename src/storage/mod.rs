@@ -42,6 +42,22 @@ impl Cell {
     }
 }
 
+/// The callback of [`Store::read_and_write_bits`], called between its read
+/// and its write with the cells read.
+pub type BeforeWrite<'a> = dyn FnMut(&[Cell]) -> Result<(), StorageError> + Send + 'a;
+
+/// The change of [`Store::update_deduper`].
+pub type Change<'a> = dyn Fn(&mut Deduper) + Sync + 'a;
+
+/// Identifies one remembered request: `(client_id, deduper, request_id)`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RequestKey {
+    pub client_id: String,
+    pub deduper: String,
+    /// The client's opaque `request_id` bytes.
+    pub request_id: Vec<u8>,
+}
+
 /// A storage failure.
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
@@ -73,23 +89,31 @@ pub trait Store: Send + Sync + 'static {
     /// since the Unix epoch), in one storage round trip. Durable on return.
     fn write_bits(&self, deduper: &Deduper, bits: &[BitAddr], expire_ms: i64) -> Result<(), StorageError>;
 
-    /// Reads the cells as they were, then writes as [`Store::write_bits`].
-    /// Backends that can make this atomic against other `read_and_write_bits`
-    /// calls on the same deduper do (the embedded store); the others document
-    /// their race window.
+    /// Reads the cells as they were, calls `before_write` with them, then
+    /// writes as [`Store::write_bits`]; an error of `before_write` stops
+    /// before anything is written and is returned. Backends that can make
+    /// this atomic against other `read_and_write_bits` calls on the same
+    /// deduper do (the embedded store); the others document their race window.
     fn read_and_write_bits(
         &self,
         deduper: &Deduper,
         bits: &[BitAddr],
         expire_ms: i64,
+        before_write: &mut BeforeWrite<'_>,
     ) -> Result<Vec<Cell>, StorageError>;
 
     /// Stores a new deduper config; [`StorageError::AlreadyExists`] when the
     /// client already has one with that name.
     fn create_deduper(&self, deduper: &Deduper) -> Result<(), StorageError>;
 
-    /// Overwrites an existing deduper config.
-    fn update_deduper(&self, deduper: &Deduper) -> Result<(), StorageError>;
+    /// Applies `change` to the stored config of one deduper atomically
+    /// against concurrent updates (of this or any other replica) and returns
+    /// the config as stored; `None` when the deduper does not exist. `change`
+    /// may run more than once (on each retry of a compare-and-set). Returns
+    /// only once the changed config is stored. Errors: `Unavailable`
+    /// (including too many concurrent updates in a row), `Corrupt`.
+    fn update_deduper(&self, client_id: &str, name: &str, change: &Change<'_>)
+    -> Result<Option<Deduper>, StorageError>;
 
     /// One deduper config, `None` when absent.
     fn get_deduper(&self, client_id: &str, name: &str) -> Result<Option<Deduper>, StorageError>;
@@ -97,7 +121,40 @@ pub trait Store: Send + Sync + 'static {
     /// A client's deduper configs, sorted by name; only active ones when asked.
     fn list_dedupers(&self, client_id: &str, active_only: bool) -> Result<Vec<Deduper>, StorageError>;
 
-    /// Cheap reachability check for health reporting.
+    /// Records `record` for `key` until `expire_ms` (ms since the Unix
+    /// epoch) unless an unexpired record is already there: `Ok(None)` when
+    /// ours was stored, `Ok(Some(earlier))` when another attempt recorded
+    /// first. Durable on return, and visible to every replica sharing the
+    /// storage. Errors: `Unavailable`; `Capacity` when the backend's bound
+    /// on remembered requests is reached.
+    fn remember_request(
+        &self,
+        key: &RequestKey,
+        record: &[u8],
+        expire_ms: i64,
+    ) -> Result<Option<Vec<u8>>, StorageError>;
+
+    /// The unexpired record of `key`, if any. Errors: `Unavailable`.
+    fn recall_request(&self, key: &RequestKey) -> Result<Option<Vec<u8>>, StorageError>;
+
+    /// Latest expiry time the backend stores without shortening, in ms
+    /// since the Unix epoch.
+    fn max_expire_ms(&self) -> i64 {
+        i64::MAX
+    }
+
+    /// Where this backend keeps the bits of `deduper` under the current
+    /// settings (HBase: the data table name; embedded: the data directory
+    /// is the only place, so `None`). Recorded in a deduper's config at
+    /// creation and compared at every lookup, so a changed setting refuses
+    /// the deduper instead of serving it empty.
+    fn data_location(&self, deduper: &Deduper) -> Option<String> {
+        let _ = deduper;
+        None
+    }
+
+    /// Health check for readiness: storage is reachable and, when the last
+    /// write failed, a probe write succeeds again.
     fn ping(&self) -> Result<(), StorageError>;
 
     /// Makes everything written so far durable (called on shutdown).

@@ -257,6 +257,7 @@ pub fn ents<S: AsRef<[u8]>>(items: &[S]) -> Vec<prost::bytes::Bytes> {
 
 pub async fn add(s: &TestServer, client: &str, deduper: &str, items: &[&str], ttl_ms: u64) -> u32 {
     let req = pb::AddRequest {
+        request_id: None,
         client_id: client.into(),
         deduper: deduper.into(),
         entities: ents(items),
@@ -281,6 +282,7 @@ pub async fn absent(s: &TestServer, client: &str, deduper: &str, items: &[&str])
 
 pub async fn add_if_absent(s: &TestServer, client: &str, deduper: &str, items: &[&str], ttl_ms: u64) -> Vec<bool> {
     let req = pb::AddIfAbsentRequest {
+        request_id: None,
         client_id: client.into(),
         deduper: deduper.into(),
         entities: ents(items),

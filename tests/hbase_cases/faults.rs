@@ -69,6 +69,7 @@ async fn stop_and_restart_under_load_loses_no_acknowledged_add() {
                 }
                 let items: Vec<String> = (0..20).map(|j| format!("load-{i}-{j}")).collect();
                 let mut req = tonic::Request::new(pb::AddRequest {
+                    request_id: None,
                     client_id: "c".into(),
                     deduper: "d".into(),
                     entities: ents(&items),

@@ -2,6 +2,7 @@
 //! Thrift calls per request, faults the emulator injects, exact cell TTL.
 
 mod calls;
+mod failures;
 mod faults;
 mod ttl;
 

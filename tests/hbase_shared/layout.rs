@@ -30,6 +30,7 @@ fn unhex(s: &str) -> Vec<u8> {
 
 pub fn add_req(client: &str, deduper: &str, entity: Vec<u8>, ttl_ms: u64) -> pb::AddRequest {
     pb::AddRequest {
+        request_id: None,
         client_id: client.into(),
         deduper: deduper.into(),
         entities: vec![entity.into()],

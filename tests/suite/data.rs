@@ -50,6 +50,7 @@ pub async fn data_add_check_add_if_absent(b: &TestBackend) {
 
     // Binary entities are opaque bytes.
     let bin = pb::AddRequest {
+        request_id: None,
         client_id: "c".into(),
         deduper: "d".into(),
         entities: ents(&[[0u8, 255, 0]]),
@@ -89,6 +90,7 @@ pub async fn data_errors(b: &TestBackend) {
         .unwrap();
     let mut data = s.data();
     let req = |client: &str, deduper: &str, entities: Vec<prost::bytes::Bytes>, ttl_ms| pb::AddRequest {
+        request_id: None,
         client_id: client.into(),
         deduper: deduper.into(),
         entities,
@@ -159,6 +161,7 @@ pub async fn data_errors(b: &TestBackend) {
         Code::FailedPrecondition
     );
     let aia = pb::AddIfAbsentRequest {
+        request_id: None,
         client_id: "c".into(),
         deduper: "d".into(),
         entities: ents(&["a"]),
@@ -196,6 +199,7 @@ pub async fn concurrent_add_if_absent_is_atomic(b: &TestBackend) {
             items.extend((0..50).map(|j| format!("noise-{round}-{i}-{j}")));
             tasks.push(tokio::spawn(async move {
                 let req = pb::AddIfAbsentRequest {
+                    request_id: None,
                     client_id: "c".into(),
                     deduper: "d".into(),
                     entities: ents(&items),

@@ -7,6 +7,7 @@ mod admin;
 mod data;
 mod durability;
 mod expiry;
+mod failures;
 mod probability;
 mod service;
 
@@ -14,6 +15,7 @@ pub use admin::*;
 pub use data::*;
 pub use durability::*;
 pub use expiry::*;
+pub use failures::*;
 pub use probability::*;
 pub use service::*;
 
@@ -37,6 +39,8 @@ macro_rules! backend_suite {
             false_positive_rate_at_design_load,
             replay_npm_events,
             health_and_reflection,
+            concurrent_updates_lose_no_change,
+            request_id_repeats_get_the_first_answer,
         );
     };
     (optional $backend:expr) => {
@@ -52,6 +56,8 @@ macro_rules! backend_suite {
             false_positive_rate_at_design_load,
             replay_npm_events,
             health_and_reflection,
+            concurrent_updates_lose_no_change,
+            request_id_repeats_get_the_first_answer,
         );
     };
     (optional $backend:expr; $($name:ident),* $(,)?) => {

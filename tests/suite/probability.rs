@@ -37,6 +37,7 @@ pub async fn false_positive_rate_at_design_load(b: &TestBackend) {
     let mut data = s.data();
     for chunk in inserted.chunks(5000) {
         let req = pb::AddRequest {
+            request_id: None,
             client_id: "c".into(),
             deduper: "fp".into(),
             entities: ents(chunk),

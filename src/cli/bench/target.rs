@@ -81,6 +81,7 @@ impl System {
                 let r = match call {
                     Call::Add => client
                         .add(pb::AddRequest {
+                            request_id: None,
                             client_id: c,
                             deduper: d,
                             entities: keys,
@@ -98,6 +99,7 @@ impl System {
                         .map(drop),
                     Call::AddIfAbsent => client
                         .add_if_absent(pb::AddIfAbsentRequest {
+                            request_id: None,
                             client_id: c,
                             deduper: d,
                             entities: keys,

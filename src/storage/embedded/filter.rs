@@ -18,6 +18,11 @@ pub fn stamp_of(expire_ms: i64) -> u32 {
     secs.clamp(1, i64::from(u32::MAX)) as u32
 }
 
+/// Latest expiry time a stamp holds, in ms since the Unix epoch
+/// (2106-02-07T06:28:15Z); later ones would be cut short, so the engine
+/// refuses them.
+pub const MAX_EXPIRE_MS: i64 = u32::MAX as i64 * 1000;
+
 /// Expiry time in ms of a non-zero stamp.
 pub fn expire_ms_of(stamp: u32) -> i64 {
     i64::from(stamp) * 1000

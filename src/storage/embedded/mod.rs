@@ -9,6 +9,17 @@
 //! and replaying one twice is harmless, which keeps recovery simple: load
 //! the pages, replay the journal.
 //!
+//! A write becomes visible only after its journal record was accepted
+//! (and, with `fsync`, synced): a write that fails leaves no bit raised, so
+//! a client told `UNAVAILABLE` never sees its entities reported present.
+//!
+//! Healing: fjall refuses every write after one failed (`Poisoned`). When a
+//! call fails, the store marks itself broken and the next call (or the
+//! health probe) reopens fjall - the in-memory bits stay, fjall replays its
+//! own write-ahead files - so writes resume by themselves once the cause
+//! (a full disk, say) is gone. `ping` reports the last write's failure until
+//! a probe write succeeds again.
+//!
 //! Durability: fjall hands every journal append to the OS before we return,
 //! so an acknowledged write survives `kill -9` of the process. With
 //! `fsync = true` each write is also `fdatasync`ed before it is acknowledged,
@@ -17,11 +28,13 @@
 mod codec;
 pub mod filter;
 mod persist;
+mod requests;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -29,7 +42,8 @@ use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use serde::Deserialize;
 
 use self::filter::{Filter, expire_ms_of, stamp_of};
-use super::{BitAddr, Cell, StorageError, Store};
+use self::requests::Requests;
+use super::{BeforeWrite, BitAddr, Cell, Change, RequestKey, StorageError, Store};
 use crate::clock::now_ms;
 use crate::deduper::Deduper;
 
@@ -56,6 +70,11 @@ pub struct EmbeddedConfig {
     /// fjall block cache, in MiB. Default 4: reads are served from memory,
     /// and fjall is read back only at start-up.
     pub cache_mib: u64,
+    /// Memory the remembered `request_id` answers may take, in MiB (each
+    /// counted as its key, its answer and 96 bytes of overhead); a new
+    /// `request_id` beyond it is refused with `RESOURCE_EXHAUSTED` until
+    /// older ones expire. Default 64.
+    pub max_request_memory_mib: u64,
 }
 
 impl Default for EmbeddedConfig {
@@ -68,6 +87,7 @@ impl Default for EmbeddedConfig {
             sweep_interval_seconds: 600,
             max_memory_mib: 8192,
             cache_mib: 4,
+            max_request_memory_mib: 64,
         }
     }
 }
@@ -82,12 +102,62 @@ struct Entry {
     rmw: Mutex<()>,
 }
 
-struct Inner {
-    config: EmbeddedConfig,
+/// The open fjall database and its keyspaces; replaced as a whole when the
+/// store reopens after a failure.
+struct Handles {
     db: Database,
     meta: Keyspace,
     pages: Keyspace,
     journal: Keyspace,
+    /// Remembered request answers (see `requests.rs`).
+    requests: Keyspace,
+    /// One key, rewritten by the health probe after a failed write.
+    probe: Keyspace,
+}
+
+impl Handles {
+    fn open(config: &EmbeddedConfig) -> Result<Handles, StorageError> {
+        std::fs::create_dir_all(&config.path)
+            .map_err(|e| unavailable(format!("creating {}: {e}", config.path.display())))?;
+        let db = Database::builder(&config.path)
+            .cache_size(config.cache_mib << 20)
+            // fjall keeps its own write-ahead files until memtables are
+            // flushed; the minimum (64 MiB) bounds that disk overhead.
+            .max_journaling_size(64 << 20)
+            .open()
+            .map_err(|e| unavailable(format!("opening {}: {e}", config.path.display())))?;
+        // Small memtables: records are written once and rarely read back,
+        // so a large memtable is only resident memory.
+        let ks = |name, memtable_mib: u64| {
+            db.keyspace(name, || {
+                KeyspaceCreateOptions::default().max_memtable_size(memtable_mib << 20)
+            })
+            .map_err(unavailable)
+        };
+        Ok(Handles {
+            meta: ks("meta", 4)?,
+            pages: ks("pages", 4)?,
+            journal: ks("journal", 4)?,
+            requests: ks("requests", 4)?,
+            probe: ks("probe", 1)?,
+            db,
+        })
+    }
+}
+
+struct Inner {
+    config: EmbeddedConfig,
+    /// `None` only while a reopen is failing.
+    fjall: RwLock<Option<Handles>>,
+    /// A call failed: reopen fjall before the next one.
+    broken: AtomicBool,
+    /// The last write failed; `ping` fails until a probe write succeeds.
+    write_failed: AtomicBool,
+    /// Writers hold it shared from taking a journal number until their bits
+    /// are raised; a checkpoint takes it exclusively to read `next_seq`, so
+    /// every record below that number has its bits in memory.
+    commit: RwLock<()>,
+    requests: Requests,
     entries: RwLock<HashMap<Vec<u8>, Arc<Entry>>>,
     /// Serialises meta changes so create is check-then-insert safe; holds
     /// the bytes reserved by existing dedupers against the memory budget.
@@ -111,30 +181,14 @@ impl EmbeddedStore {
     /// directory cannot be opened (e.g. another process holds it) and
     /// `Corrupt` when stored data cannot be decoded.
     pub fn open(config: EmbeddedConfig) -> Result<EmbeddedStore, StorageError> {
-        std::fs::create_dir_all(&config.path)
-            .map_err(|e| unavailable(format!("creating {}: {e}", config.path.display())))?;
-        let db = Database::builder(&config.path)
-            .cache_size(config.cache_mib << 20)
-            // fjall keeps its own write-ahead files until memtables are
-            // flushed; the minimum (64 MiB) bounds that disk overhead.
-            .max_journaling_size(64 << 20)
-            .open()
-            .map_err(|e| unavailable(format!("opening {}: {e}", config.path.display())))?;
-        // Small memtables for pages and journal: their records are written
-        // once and rarely read back, so a large memtable is only resident memory.
-        let ks = |name, memtable_mib: u64| {
-            db.keyspace(name, || {
-                KeyspaceCreateOptions::default().max_memtable_size(memtable_mib << 20)
-            })
-            .map_err(unavailable)
-        };
-        let (meta, pages, journal) = (ks("meta", 4)?, ks("pages", 4)?, ks("journal", 4)?);
+        let handles = Handles::open(&config)?;
         let inner = Inner {
+            requests: Requests::new(config.max_request_memory_mib.saturating_mul(1 << 20)),
             config,
-            db,
-            meta,
-            pages,
-            journal,
+            fjall: RwLock::new(Some(handles)),
+            broken: AtomicBool::new(false),
+            write_failed: AtomicBool::new(false),
+            commit: RwLock::new(()),
             entries: RwLock::new(HashMap::new()),
             meta_lock: Mutex::new(0),
             next_seq: AtomicU64::new(0),
@@ -160,7 +214,9 @@ impl EmbeddedStore {
 
     /// Bytes the store occupies on disk (journal and tables).
     pub fn disk_space(&self) -> u64 {
-        self.inner.db.disk_space().unwrap_or(0)
+        self.inner
+            .with_fjall(|h| Ok(h.db.disk_space().unwrap_or(0)))
+            .unwrap_or(0)
     }
 
     /// Number of dedupers the store holds (for the `solus_dedupers` gauge).
@@ -171,7 +227,13 @@ impl EmbeddedStore {
     /// Bytes of the saved stamp pages on disk (tables only; without the
     /// journal, whose files fjall preallocates).
     pub fn pages_disk_space(&self) -> u64 {
-        self.inner.pages.disk_space()
+        self.inner.with_fjall(|h| Ok(h.pages.disk_space())).unwrap_or(0)
+    }
+
+    /// Bytes the remembered `request_id` answers take in memory, as counted
+    /// against `max_request_memory_mib`.
+    pub fn request_memory_bytes(&self) -> u64 {
+        self.inner.requests.bytes()
     }
 
     /// Saves every changed page and truncates the journal now.
@@ -184,58 +246,82 @@ impl EmbeddedStore {
     /// footprint benchmark; the background work does this gradually).
     pub fn compact(&self) -> Result<(), StorageError> {
         self.inner.checkpoint(false)?;
-        for ks in [&self.inner.meta, &self.inner.pages, &self.inner.journal] {
-            ks.rotate_memtable_and_wait().map_err(unavailable)?;
-            ks.major_compact().map_err(unavailable)?;
-        }
-        self.inner.db.persist(PersistMode::SyncAll).map_err(unavailable)
+        self.inner.with_fjall(|h| {
+            for ks in [&h.meta, &h.pages, &h.journal] {
+                ks.rotate_memtable_and_wait().map_err(unavailable)?;
+                ks.major_compact().map_err(unavailable)?;
+            }
+            h.db.persist(PersistMode::SyncAll).map_err(unavailable)
+        })
     }
 
+    /// Journals, then raises, the bits of one write; with `read`, returns
+    /// the cells as they were (atomically against other such writes) after
+    /// passing them to `before_write`. Nothing is raised unless the journal
+    /// record was accepted (and synced with `fsync`).
     fn write(
         &self,
         deduper: &Deduper,
         bits: &[BitAddr],
         expire_ms: i64,
-        read: bool,
+        read: Option<&mut BeforeWrite<'_>>,
     ) -> Result<Vec<Cell>, StorageError> {
         let inner = &self.inner;
         let entry = inner.entry(deduper);
         let stamp = stamp_of(expire_ms);
-        let mut cells = Vec::with_capacity(if read { bits.len() } else { 0 });
-        {
-            let _atomic = read.then(|| entry.rmw.lock().unwrap_or_else(|p| p.into_inner()));
+        let _atomic = read
+            .is_some()
+            .then(|| entry.rmw.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut cells = Vec::new();
+        if let Some(before_write) = read {
+            cells.reserve(bits.len());
             for (i, a) in bits.iter().enumerate() {
                 if let Some(ahead) = bits.get(i + PREFETCH_AHEAD) {
                     entry.filter.prefetch(ahead.shard, ahead.bit);
                 }
-                let prev = entry.filter.raise(a.shard, a.bit, stamp);
-                if read {
-                    cells.push(cell_of(prev));
-                }
+                cells.push(cell_of(entry.filter.get(a.shard, a.bit)));
             }
+            before_write(&cells)?;
         }
-        // The sequence number is taken after the bits are in memory: a
-        // checkpoint that sees this number also sees the bits (see checkpoint).
-        let seq = inner.next_seq.fetch_add(1, Ordering::SeqCst);
         let record = codec::encode_write(&codec::deduper_key(&deduper.client_id, &deduper.name), stamp, bits);
         let len = record.len() as u64;
-        inner.journal.insert(seq.to_be_bytes(), record).map_err(unavailable)?;
-        if inner.config.fsync {
-            inner.db.persist(PersistMode::SyncData).map_err(unavailable)?;
-        }
+        inner.with_write(|h| {
+            let _commit = inner.commit.read().unwrap_or_else(|p| p.into_inner());
+            let seq = inner.next_seq.fetch_add(1, Ordering::SeqCst);
+            h.journal.insert(seq.to_be_bytes(), record).map_err(unavailable)?;
+            if inner.config.fsync
+                && let Err(e) = h.db.persist(PersistMode::SyncData)
+            {
+                // Best effort: fjall refuses writes after a failed sync, and
+                // the next checkpoint drops the record anyway.
+                let _ = h.journal.remove(seq.to_be_bytes());
+                return Err(unavailable(e));
+            }
+            for (i, a) in bits.iter().enumerate() {
+                if let Some(ahead) = bits.get(i + PREFETCH_AHEAD) {
+                    entry.filter.prefetch(ahead.shard, ahead.bit);
+                }
+                entry.filter.raise(a.shard, a.bit, stamp);
+            }
+            Ok(())
+        })?;
         if inner.journal_bytes.fetch_add(len, Ordering::Relaxed) + len > inner.config.checkpoint_journal_bytes {
             inner.wake.notify_one();
         }
         Ok(cells)
     }
 
-    fn put_meta(&self, deduper: &Deduper) -> Result<(), StorageError> {
+    fn put_meta(h: &Handles, deduper: &Deduper) -> Result<(), StorageError> {
         let key = codec::deduper_key(&deduper.client_id, &deduper.name);
         let json = serde_json::to_vec(deduper).map_err(|e| StorageError::Corrupt(e.to_string()))?;
-        self.inner.meta.insert(key, json).map_err(unavailable)?;
-        self.inner.db.persist(PersistMode::SyncData).map_err(unavailable)
+        h.meta.insert(key, json).map_err(unavailable)?;
+        h.db.persist(PersistMode::SyncData).map_err(unavailable)
     }
 }
+
+/// Size of the health probe's write after a failed write, in bytes: about
+/// the journal record of a 10,000-entity request at k = 25.
+const PROBE_BYTES: usize = 1 << 20;
 
 /// How many addresses ahead a batch prefetches stamps (enough to overlap
 /// several cache misses, few enough to stay in L1).
@@ -253,6 +339,65 @@ fn decode_meta(bytes: &[u8]) -> Result<Deduper, StorageError> {
 }
 
 impl Inner {
+    /// Runs `f` on the open fjall handles, reopening first when an earlier
+    /// call failed. An `Unavailable` from `f` marks the store broken, so the
+    /// next call reopens. Errors: `Unavailable` while fjall cannot be reopened.
+    fn with_fjall<T>(&self, f: impl FnOnce(&Handles) -> Result<T, StorageError>) -> Result<T, StorageError> {
+        let guard = self.handles()?;
+        let Some(h) = guard.as_ref() else {
+            self.broken.store(true, Ordering::SeqCst);
+            return Err(unavailable(
+                "the store is closed after a failure; reopening on the next call",
+            ));
+        };
+        let r = f(h);
+        if matches!(r, Err(StorageError::Unavailable(_))) {
+            self.broken.store(true, Ordering::SeqCst);
+        }
+        r
+    }
+
+    /// As [`Inner::with_fjall`] for a write: also records whether writes
+    /// currently fail, for `ping`.
+    fn with_write<T>(&self, f: impl FnOnce(&Handles) -> Result<T, StorageError>) -> Result<T, StorageError> {
+        let r = self.with_fjall(f);
+        match &r {
+            Ok(_) => self.write_failed.store(false, Ordering::SeqCst),
+            Err(StorageError::Unavailable(e)) => {
+                if !self.write_failed.swap(true, Ordering::SeqCst) {
+                    tracing::error!(error = %e, "embedded store write failed; reopening and probing until writes succeed");
+                }
+            }
+            Err(_) => {}
+        }
+        r
+    }
+
+    /// The handles, after reopening fjall if a call failed.
+    fn handles(&self) -> Result<RwLockReadGuard<'_, Option<Handles>>, StorageError> {
+        if self.broken.load(Ordering::SeqCst) {
+            self.reopen()?;
+        }
+        Ok(self.fjall.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Closes and reopens fjall (it refuses every write after one failed).
+    /// The in-memory bits stay as they are: they only hold writes fjall
+    /// accepted, which it recovers from its own files.
+    fn reopen(&self) -> Result<(), StorageError> {
+        let mut slot = self.fjall.write().unwrap_or_else(|p| p.into_inner());
+        if !self.broken.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        // The old database must be gone before the new one takes its lock file.
+        *slot = None;
+        let handles = Handles::open(&self.config)?;
+        *slot = Some(handles);
+        self.broken.store(false, Ordering::SeqCst);
+        tracing::warn!(path = %self.config.path.display(), "embedded store reopened after a failure");
+        Ok(())
+    }
+
     fn entry(&self, deduper: &Deduper) -> Arc<Entry> {
         let key = codec::deduper_key(&deduper.client_id, &deduper.name);
         if let Some(e) = self.entries.read().unwrap_or_else(|p| p.into_inner()).get(&key) {
@@ -288,72 +433,131 @@ impl Store for EmbeddedStore {
     }
 
     fn write_bits(&self, deduper: &Deduper, bits: &[BitAddr], expire_ms: i64) -> Result<(), StorageError> {
-        self.write(deduper, bits, expire_ms, false).map(drop)
+        self.write(deduper, bits, expire_ms, None).map(drop)
     }
 
+    /// Atomic against other `read_and_write_bits` of the same deduper:
+    /// read, `before_write`, journal and raise all run under its lock.
     fn read_and_write_bits(
         &self,
         deduper: &Deduper,
         bits: &[BitAddr],
         expire_ms: i64,
+        before_write: &mut BeforeWrite<'_>,
     ) -> Result<Vec<Cell>, StorageError> {
-        self.write(deduper, bits, expire_ms, true)
+        self.write(deduper, bits, expire_ms, Some(before_write))
     }
 
     fn create_deduper(&self, deduper: &Deduper) -> Result<(), StorageError> {
         let mut reserved = self.inner.meta_lock.lock().unwrap_or_else(|p| p.into_inner());
         let key = codec::deduper_key(&deduper.client_id, &deduper.name);
-        if self.inner.meta.contains_key(&key).map_err(unavailable)? {
-            return Err(StorageError::AlreadyExists);
-        }
         let need = Filter::full_memory_bytes(&deduper.geometry);
         let budget = self.inner.config.max_memory_mib.saturating_mul(1 << 20);
-        if reserved.saturating_add(need) > budget {
-            let mib = |b: u64| b.div_ceil(1 << 20);
-            return Err(StorageError::Capacity(format!(
-                "deduper {:?} needs up to {} MiB of memory ({} bits x 4 bytes), but only {} of the embedded store's {} MiB \
-                 are left (storage.embedded.max_memory_mib); size it smaller or raise the budget",
-                deduper.name,
-                mib(need),
-                deduper.geometry.total_bits(),
-                mib(budget.saturating_sub(*reserved)),
-                self.inner.config.max_memory_mib
-            )));
-        }
-        self.put_meta(deduper)?;
+        self.inner.with_write(|h| {
+            if h.meta.contains_key(&key).map_err(unavailable)? {
+                return Err(StorageError::AlreadyExists);
+            }
+            if reserved.saturating_add(need) > budget {
+                let mib = |b: u64| b.div_ceil(1 << 20);
+                return Err(StorageError::Capacity(format!(
+                    "deduper {:?} needs up to {} MiB of memory ({} bits x 4 bytes), but only {} of the embedded store's {} MiB \
+                     are left (storage.embedded.max_memory_mib); size it smaller or raise the budget",
+                    deduper.name,
+                    mib(need),
+                    deduper.geometry.total_bits(),
+                    mib(budget.saturating_sub(*reserved)),
+                    self.inner.config.max_memory_mib
+                )));
+            }
+            Self::put_meta(h, deduper)
+        })?;
         self.inner.entry(deduper);
         *reserved += need;
         Ok(())
     }
 
-    fn update_deduper(&self, deduper: &Deduper) -> Result<(), StorageError> {
+    /// Read, change and write under the store's meta lock: updates of one
+    /// process are serialised, and no other process opens the directory.
+    fn update_deduper(
+        &self,
+        client_id: &str,
+        name: &str,
+        change: &Change<'_>,
+    ) -> Result<Option<Deduper>, StorageError> {
         let _g = self.inner.meta_lock.lock().unwrap_or_else(|p| p.into_inner());
-        self.put_meta(deduper)
+        let Some(mut d) = self.get_deduper(client_id, name)? else {
+            return Ok(None);
+        };
+        change(&mut d);
+        self.inner.with_write(|h| Self::put_meta(h, &d))?;
+        Ok(Some(d))
     }
 
     fn get_deduper(&self, client_id: &str, name: &str) -> Result<Option<Deduper>, StorageError> {
         let value = self
             .inner
-            .meta
-            .get(codec::deduper_key(client_id, name))
-            .map_err(unavailable)?;
+            .with_fjall(|h| h.meta.get(codec::deduper_key(client_id, name)).map_err(unavailable))?;
         value.map(|v| decode_meta(&v)).transpose()
     }
 
     fn list_dedupers(&self, client_id: &str, active_only: bool) -> Result<Vec<Deduper>, StorageError> {
         let mut out = Vec::new();
-        for kv in self.inner.meta.prefix(codec::client_prefix(client_id)) {
-            let d = decode_meta(&kv.value().map_err(unavailable)?)?;
-            if d.active || !active_only {
-                out.push(d);
+        self.inner.with_fjall(|h| {
+            for kv in h.meta.prefix(codec::client_prefix(client_id)) {
+                let d = decode_meta(&kv.value().map_err(unavailable)?)?;
+                if d.active || !active_only {
+                    out.push(d);
+                }
             }
-        }
+            Ok(())
+        })?;
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
     }
 
+    /// In memory, and in the `requests` keyspace (synced like a write).
+    /// Errors: `Capacity` beyond `storage.embedded.max_request_memory_mib`.
+    fn remember_request(
+        &self,
+        key: &RequestKey,
+        record: &[u8],
+        expire_ms: i64,
+    ) -> Result<Option<Vec<u8>>, StorageError> {
+        let inner = &self.inner;
+        inner.requests.remember(key, record, expire_ms, now_ms(), |k, v| {
+            inner.with_write(|h| {
+                h.requests.insert(k, v).map_err(unavailable)?;
+                if inner.config.fsync {
+                    h.db.persist(PersistMode::SyncData).map_err(unavailable)?;
+                }
+                Ok(())
+            })
+        })
+    }
+
+    fn recall_request(&self, key: &RequestKey) -> Result<Option<Vec<u8>>, StorageError> {
+        Ok(self.inner.requests.recall(key, now_ms()))
+    }
+
+    /// Stamps are whole seconds in a `u32`: 2106-02-07T06:28:15Z.
+    fn max_expire_ms(&self) -> i64 {
+        filter::MAX_EXPIRE_MS
+    }
+
+    /// Fine while writes succeed; after a failed one, a probe write of
+    /// [`PROBE_BYTES`] (room for a large request's journal record), synced,
+    /// must succeed first. Errors: `Unavailable`.
     fn ping(&self) -> Result<(), StorageError> {
-        Ok(())
+        let inner = &self.inner;
+        if !inner.write_failed.load(Ordering::SeqCst) && !inner.broken.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        inner.with_write(|h| {
+            // Random bytes: fjall compresses its journal, and zeros would take no room.
+            let value: Vec<u8> = (0..PROBE_BYTES).map(|_| rand::random::<u8>()).collect();
+            h.probe.insert("probe", value).map_err(unavailable)?;
+            h.db.persist(PersistMode::SyncData).map_err(unavailable)
+        })
     }
 
     fn flush(&self) -> Result<(), StorageError> {

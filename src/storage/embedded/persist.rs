@@ -6,9 +6,13 @@ use super::*;
 
 impl Inner {
     pub(super) fn recover(&self) -> Result<(), StorageError> {
+        self.with_fjall(|h| self.recover_from(h))
+    }
+
+    fn recover_from(&self, h: &Handles) -> Result<(), StorageError> {
         let mut map = HashMap::new();
         let mut reserved = 0u64;
-        for kv in self.meta.iter() {
+        for kv in h.meta.iter() {
             let (key, value) = kv.into_inner().map_err(unavailable)?;
             let d = decode_meta(&value)?;
             reserved += Filter::full_memory_bytes(&d.geometry);
@@ -21,7 +25,7 @@ impl Inner {
             );
         }
         let mut pages = 0u64;
-        for kv in self.pages.iter() {
+        for kv in h.pages.iter() {
             let (key, value) = kv.into_inner().map_err(unavailable)?;
             let (deduper, shard, page) = codec::parse_page_key(&key)?;
             if let Some(e) = map.get(deduper) {
@@ -30,7 +34,7 @@ impl Inner {
             }
         }
         let (mut records, mut next) = (0u64, 0u64);
-        for kv in self.journal.iter() {
+        for kv in h.journal.iter() {
             let (key, value) = kv.into_inner().map_err(unavailable)?;
             let seq = u64::from_be_bytes(
                 key.as_ref()
@@ -46,8 +50,14 @@ impl Inner {
             records += 1;
             next = next.max(seq + 1);
         }
+        let mut requests = 0u64;
+        for kv in h.requests.iter() {
+            let (key, value) = kv.into_inner().map_err(unavailable)?;
+            requests += u64::from(self.requests.load(&key, &value, now_ms()));
+        }
         tracing::info!(
             dedupers = map.len(),
+            requests,
             pages,
             journal_records = records,
             "embedded store recovered"
@@ -100,7 +110,15 @@ impl Inner {
     /// after reading `upto` include it. Records from `upto` on stay.
     pub(super) fn checkpoint(&self, sweep: bool) -> Result<(), StorageError> {
         let _one = self.checkpoint_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let upto = self.next_seq.load(Ordering::SeqCst);
+        self.with_fjall(|h| self.checkpoint_with(h, sweep))
+    }
+
+    fn checkpoint_with(&self, h: &Handles, sweep: bool) -> Result<(), StorageError> {
+        // Exclusive for a moment: no write is between its number and its raise.
+        let upto = {
+            let _all = self.commit.write().unwrap_or_else(|p| p.into_inner());
+            self.next_seq.load(Ordering::SeqCst)
+        };
         let entries: Vec<(Vec<u8>, Arc<Entry>)> = self
             .entries
             .read()
@@ -109,7 +127,7 @@ impl Inner {
             .map(|(k, e)| (k.clone(), e.clone()))
             .collect();
         let now_stamp = stamp_of(now_ms());
-        let result = self.save_pages(&entries, sweep.then_some(now_stamp));
+        let result = self.save_pages(h, &entries, sweep.then_some(now_stamp));
         if result.is_err() {
             // Dirty flags were taken: put them back so nothing is skipped next time.
             for (_, e) in &entries {
@@ -117,9 +135,12 @@ impl Inner {
             }
             return result.map(drop);
         }
-        let mut batch = self.db.batch();
-        for kv in self.journal.range(..upto.to_be_bytes()) {
-            batch.remove(&self.journal, kv.key().map_err(unavailable)?);
+        let mut batch = h.db.batch();
+        for kv in h.journal.range(..upto.to_be_bytes()) {
+            batch.remove(&h.journal, kv.key().map_err(unavailable)?);
+        }
+        for key in self.requests.sweep(now_ms()) {
+            batch.remove(&h.requests, key);
         }
         batch.commit().map_err(unavailable)?;
         self.journal_bytes.store(0, Ordering::Relaxed);
@@ -127,12 +148,13 @@ impl Inner {
     }
 
     /// Saves dirty pages; returns how many were written.
-    pub(super) fn save_pages(
+    fn save_pages(
         &self,
+        h: &Handles,
         entries: &[(Vec<u8>, Arc<Entry>)],
         sweep_before: Option<u32>,
     ) -> Result<usize, StorageError> {
-        let mut batch = self.db.batch();
+        let mut batch = h.db.batch();
         let mut written = 0;
         for (key, entry) in entries {
             for (shard, page_no, page) in entry.filter.pages() {
@@ -145,18 +167,18 @@ impl Inner {
                 written += 1;
                 let pk = codec::page_key(key, shard, page_no);
                 match page.encode() {
-                    Some(v) => batch.insert(&self.pages, pk, v),
-                    None => batch.remove(&self.pages, pk),
+                    Some(v) => batch.insert(&h.pages, pk, v),
+                    None => batch.remove(&h.pages, pk),
                 }
                 if batch.len() >= 4096 {
-                    std::mem::replace(&mut batch, self.db.batch())
+                    std::mem::replace(&mut batch, h.db.batch())
                         .commit()
                         .map_err(unavailable)?;
                 }
             }
         }
         batch.commit().map_err(unavailable)?;
-        self.db.persist(PersistMode::SyncAll).map_err(unavailable)?;
+        h.db.persist(PersistMode::SyncAll).map_err(unavailable)?;
         Ok(written)
     }
 }

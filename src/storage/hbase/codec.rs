@@ -19,6 +19,13 @@
 //! | `expiry` | long    | 8-byte big-endian, seconds                   |
 //! | `n`      | long    | 8-byte big-endian; only when sized from n, p |
 //! | `p`      | double  | 8-byte big-endian IEEE 754; only with `n`    |
+//! | `loc`    | String  | UTF-8 data table of the bits (Solus only)    |
+//! | `ver`    | bytes   | `utime` long, `a` byte, `expiry` long (Solus only) |
+//!
+//! `ver` is the compare-and-set cell of updates (see `meta.rs`): it holds
+//! the mutable settings of the latest update, and wins over `a`, `expiry`
+//! and `utime` when its `utime` is not older than theirs. Rows without
+//! `loc` or `ver` (older writers) read as before.
 //!
 //! `hf`, `sh` and `bps` are `int`s because bits per shard is capped at
 //! `i32::MAX`. A row holding `name` but no `hf` is a creation in progress
@@ -52,8 +59,10 @@ pub mod meta_col {
     pub const EXPIRY: &str = "expiry";
     pub const EXPECTED_INSERTIONS: &str = "n";
     pub const FALSE_POSITIVE_RATE: &str = "p";
+    pub const LOCATION: &str = "loc";
+    pub const VERSION: &str = "ver";
     /// Every meta column, for reads that must not fetch anything else.
-    pub const ALL: [&str; 11] = [
+    pub const ALL: [&str; 13] = [
         NAME,
         HASH_FUNCTIONS,
         SHARDS,
@@ -65,7 +74,11 @@ pub mod meta_col {
         EXPIRY,
         EXPECTED_INSERTIONS,
         FALSE_POSITIVE_RATE,
+        LOCATION,
+        VERSION,
     ];
+    /// Column of a remembered request's record, in its own row.
+    pub const REQUEST: &str = "req";
 }
 
 /// `family:qualifier`, the way Thrift1 names a column.
@@ -127,7 +140,47 @@ pub fn deduper_mutations(d: &Deduper) -> Vec<Mutation> {
         out.push(meta(EXPECTED_INSERTIONS, (n as i64).to_be_bytes().to_vec()));
         out.push(meta(FALSE_POSITIVE_RATE, p.to_bits().to_be_bytes().to_vec()));
     }
+    if let Some(loc) = &d.data_location {
+        out.push(meta(LOCATION, loc.clone().into_bytes()));
+    }
     out
+}
+
+/// The puts of an update's mutable columns (`a`, `expiry`, `utime`).
+pub fn mutable_mutations(d: &Deduper) -> Vec<Mutation> {
+    use meta_col::*;
+    vec![
+        meta(ACTIVE, layout::encode_legacy(d.active).to_vec()),
+        meta(UPDATE_TIME, d.update_time_ms.to_be_bytes().to_vec()),
+        meta(EXPIRY, (d.expiry_seconds as i64).to_be_bytes().to_vec()),
+    ]
+}
+
+/// The `ver` cell of `d`: `utime` (8 bytes BE), `a` (1 byte), `expiry`
+/// seconds (8 bytes BE).
+pub fn encode_version(d: &Deduper) -> Vec<u8> {
+    let mut v = d.update_time_ms.to_be_bytes().to_vec();
+    v.extend_from_slice(&layout::encode_legacy(d.active));
+    v.extend_from_slice(&(d.expiry_seconds as i64).to_be_bytes());
+    v
+}
+
+/// `(utime, active, expiry_seconds)` of a `ver` cell; `None` when malformed.
+fn decode_version(v: &[u8]) -> Option<(i64, bool, u64)> {
+    if v.len() != 17 {
+        return None;
+    }
+    let utime = i64::from_be_bytes(v[0..8].try_into().ok()?);
+    let active = layout::decode_legacy(&v[8..9])?;
+    let expiry = u64::try_from(i64::from_be_bytes(v[9..17].try_into().ok()?)).ok()?;
+    Some((utime, active, expiry))
+}
+
+/// Row key of a remembered request in the client's meta table:
+/// `<prefix>request|<client_id>|<deduper>|<request_id as hex>`.
+pub fn request_row_key(client_id: &str, deduper: &str, request_id: &[u8]) -> Vec<u8> {
+    let hex: String = request_id.iter().map(|b| format!("{b:02x}")).collect();
+    layout::prefixed(format!("request|{client_id}|{deduper}|{hex}").as_bytes())
 }
 
 /// Reads a meta row's columns (keyed `C:<qualifier>` as Thrift returns
@@ -176,6 +229,19 @@ pub fn decode_deduper(client_id: &str, columns: &BTreeMap<Vec<u8>, TCell>) -> Re
         }
         None => (None, None),
     };
+    let mut active = layout::decode_legacy(fixed(ACTIVE, 1)?).expect("1 byte");
+    let mut expiry_seconds = u64::try_from(expiry).map_err(|_| bad(EXPIRY, "is negative"))?;
+    let mut update_time_ms = long(UPDATE_TIME)?;
+    if let Some(v) = get(VERSION) {
+        let (utime, a, e) =
+            decode_version(v).ok_or_else(|| bad(VERSION, &format!("holds {} bytes, expected 17", v.len())))?;
+        if utime >= update_time_ms {
+            (update_time_ms, active, expiry_seconds) = (utime, a, e);
+        }
+    }
+    let data_location = get(LOCATION)
+        .map(|v| String::from_utf8(v.to_vec()).map_err(|_| bad(LOCATION, "is not UTF-8")))
+        .transpose()?;
     Ok(Some(Deduper {
         client_id: client_id.to_string(),
         name: text(NAME)?,
@@ -184,13 +250,14 @@ pub fn decode_deduper(client_id: &str, columns: &BTreeMap<Vec<u8>, TCell>) -> Re
             shards: int(SHARDS)?,
             bits_per_shard: int(BITS_PER_SHARD)?,
         },
-        expiry_seconds: u64::try_from(expiry).map_err(|_| bad(EXPIRY, "is negative"))?,
-        active: layout::decode_legacy(fixed(ACTIVE, 1)?).expect("1 byte"),
+        expiry_seconds,
+        active,
         level,
         create_time_ms: long(CREATE_TIME)?,
-        update_time_ms: long(UPDATE_TIME)?,
+        update_time_ms,
         expected_insertions: n,
         false_positive_rate: p,
+        data_location,
     }))
 }
 
@@ -214,6 +281,7 @@ mod tests {
             update_time_ms: 1_700_000_000_456,
             expected_insertions: sized.then_some(1_000_000),
             false_positive_rate: sized.then_some(0.01),
+            data_location: sized.then(|| "solus_deduper_dc1".to_string()),
         }
     }
 
@@ -243,6 +311,30 @@ mod tests {
             assert_eq!(row.contains_key(b"C:p".as_slice()), sized);
             assert_eq!(decode_deduper("client-a", &row).unwrap(), Some(d));
         }
+    }
+
+    #[test]
+    fn the_version_cell_wins_over_older_mutable_columns() {
+        let d = sample(true);
+        let mut row = as_row(&deduper_mutations(&d));
+        let newer = Deduper {
+            active: true,
+            expiry_seconds: 200,
+            update_time_ms: d.update_time_ms + 5,
+            ..d.clone()
+        };
+        row.insert(b"C:ver".to_vec(), TCell::new(encode_version(&newer), 1_i64));
+        assert_eq!(decode_deduper("client-a", &row).unwrap(), Some(newer.clone()));
+        // Columns written after the version cell (a later mirror) win.
+        let latest = Deduper {
+            active: false,
+            update_time_ms: newer.update_time_ms + 1,
+            ..newer.clone()
+        };
+        for m in mutable_mutations(&latest) {
+            row.insert(m.column.clone().unwrap(), TCell::new(m.value.clone().unwrap(), 1_i64));
+        }
+        assert_eq!(decode_deduper("client-a", &row).unwrap(), Some(latest));
     }
 
     #[test]

@@ -9,21 +9,39 @@
 //! `Unavailable` ("retry") while the claim is younger than
 //! [`CLAIM_TAKEOVER_MS`], and after that treats the claimer as dead and
 //! writes its own config over the claim.
+//!
+//! Update: compare-and-set on the `ver` cell (see `codec.rs`). Read the row,
+//! apply the change, `checkAndPut(C:ver, expected = the ver read, put the
+//! new ver)`; a lost race re-reads and re-applies (changes only set values,
+//! so applying one again is harmless), up to [`UPDATE_ATTEMPTS`] times. The
+//! winner then mirrors `a`, `expiry` and `utime` into their columns with
+//! cell timestamp = the new `utime`, which strictly increases from update to
+//! update, so a late mirror never hides a newer one. Readers take the
+//! mutable settings from `ver` unless the columns are newer.
+//!
+//! Remembered requests: one row per request in the same table
+//! ([`codec::request_row_key`]), one cell `C:req` = expiry time (8 bytes BE
+//! ms) then the engine's record, written with `checkAndPut` (expected empty,
+//! or the expired record it replaces) and a cell TTL of the window, so
+//! exactly one attempt records and HBase drops the row afterwards.
 
 use std::collections::BTreeMap;
 
-use hbase_thrift::hbase::{TCell, THbaseSyncClient, TRowResult, TScan};
+use hbase_thrift::hbase::{Mutation, TCell, THbaseSyncClient, TRowResult, TScan};
 
 use super::codec::{self, Attributes, meta_col};
 use super::pool::{Pool, Retry};
 use super::tables::Tables;
 use crate::contract::layout;
 use crate::deduper::Deduper;
-use crate::storage::StorageError;
+use crate::storage::{Change, RequestKey, StorageError};
 
 /// How old (by its HBase timestamp, ms) an unfinished claim must be before
 /// another create may take it over.
 pub const CLAIM_TAKEOVER_MS: i64 = 30_000;
+
+/// Compare-and-set attempts of one update before it answers `Unavailable`.
+pub const UPDATE_ATTEMPTS: u32 = 50;
 
 /// Rows fetched per `scannerGetList` when listing.
 const SCAN_BATCH: i32 = 256;
@@ -71,21 +89,169 @@ pub fn get(pool: &Pool, tables: &Tables, client_id: &str, name: &str) -> Result<
     }
 }
 
-/// Writes every column of `d` in one `mutateRow` (idempotent, retried; a
-/// lost table is re-created first).
+/// Writes every column of `d` in one `mutateRowTs` at cell timestamp
+/// `d.update_time_ms` (idempotent, retried; a lost table is re-created first).
 pub fn put_all(pool: &Pool, tables: &Tables, d: &Deduper) -> Result<(), StorageError> {
+    put_columns(pool, tables, d, codec::deduper_mutations(d))
+}
+
+fn put_columns(pool: &Pool, tables: &Tables, d: &Deduper, mutations: Vec<Mutation>) -> Result<(), StorageError> {
     let table = layout::meta_table(&d.client_id);
     let row = layout::meta_row_key(&d.client_id, &d.name);
-    tables.on_table(pool, &table, &format!("mutateRow {table}"), || {
+    tables.on_table(pool, &table, &format!("mutateRowTs {table}"), || {
         pool.call(Retry::Idempotent, |c| {
-            c.mutate_row(
+            c.mutate_row_ts(
                 table.clone().into_bytes(),
                 row.clone(),
-                codec::deduper_mutations(d),
+                mutations.clone(),
+                d.update_time_ms,
                 Attributes::new(),
             )
         })
     })
+}
+
+/// Applies `change` by compare-and-set (see the module docs); `None` when
+/// the deduper does not exist. Errors: `Unavailable`, also after
+/// [`UPDATE_ATTEMPTS`] lost races; `Corrupt`.
+pub fn update(
+    pool: &Pool,
+    tables: &Tables,
+    client_id: &str,
+    name: &str,
+    change: &Change<'_>,
+    now_ms: i64,
+) -> Result<Option<Deduper>, StorageError> {
+    let table = layout::meta_table(client_id);
+    let row = layout::meta_row_key(client_id, name);
+    let ver_col = codec::column(layout::META_FAMILY, meta_col::VERSION);
+    for attempt in 0..UPDATE_ATTEMPTS {
+        let Some(columns) = read_row(pool, tables, client_id, name)? else {
+            return Ok(None);
+        };
+        let Some(mut d) = codec::decode_deduper(client_id, &columns)? else {
+            return Ok(None);
+        };
+        let expected = columns.get(&ver_col).and_then(|c| c.value.clone()).unwrap_or_default();
+        let previous = d.update_time_ms;
+        change(&mut d);
+        d.update_time_ms = d.update_time_ms.max(now_ms).max(previous + 1);
+        let won = pool
+            .call(Retry::Once, |c| {
+                c.check_and_put(
+                    table.clone().into_bytes(),
+                    row.clone(),
+                    ver_col.clone(),
+                    expected.clone(),
+                    codec::put(ver_col.clone(), codec::encode_version(&d)),
+                    Attributes::new(),
+                )
+            })
+            .map_err(|e| e.into_storage(&format!("checkAndPut {table}")))?;
+        if won {
+            put_columns(pool, tables, &d, codec::mutable_mutations(&d))?;
+            return Ok(Some(d));
+        }
+        let wait = std::time::Duration::from_millis(rand::random_range(1..=5u64 << attempt.min(4)));
+        std::thread::sleep(wait);
+    }
+    Err(StorageError::Unavailable(format!(
+        "deduper {name:?} of client {client_id:?}: {UPDATE_ATTEMPTS} concurrent updates in a row won the \
+         compare-and-set; retry"
+    )))
+}
+
+/// The record cell of a remembered request with its expiry time, if any.
+fn read_request(pool: &Pool, key: &RequestKey) -> Result<Option<(Vec<u8>, i64)>, StorageError> {
+    let table = layout::meta_table(&key.client_id);
+    let row = codec::request_row_key(&key.client_id, &key.deduper, &key.request_id);
+    let col = codec::column(layout::META_FAMILY, meta_col::REQUEST);
+    let rows = pool
+        .call(Retry::Idempotent, |c| {
+            c.get_row_with_columns(
+                table.clone().into_bytes(),
+                row.clone(),
+                vec![col.clone()],
+                Attributes::new(),
+            )
+        })
+        .map_err(|e| e.into_storage(&format!("getRowWithColumns {table}")))?;
+    let cell = rows
+        .into_iter()
+        .next()
+        .and_then(|r| r.columns)
+        .and_then(|mut cols| cols.remove(&col))
+        .and_then(|c| c.value);
+    match cell {
+        None => Ok(None),
+        Some(v) => {
+            let expire = v
+                .first_chunk::<8>()
+                .map(|b| i64::from_be_bytes(*b))
+                .ok_or_else(|| StorageError::Corrupt(format!("request record of {} bytes", v.len())))?;
+            Ok(Some((v, expire)))
+        }
+    }
+}
+
+/// The unexpired record of `key` (without its expiry prefix).
+pub fn recall_request(pool: &Pool, key: &RequestKey, now_ms: i64) -> Result<Option<Vec<u8>>, StorageError> {
+    Ok(read_request(pool, key)?
+        .filter(|(_, expire)| *expire >= now_ms)
+        .map(|(v, _)| v[8..].to_vec()))
+}
+
+/// Records `record` unless an unexpired one exists (see the module docs).
+/// The client's meta table exists: its deduper does.
+pub fn remember_request(
+    pool: &Pool,
+    key: &RequestKey,
+    record: &[u8],
+    expire_ms: i64,
+    now_ms: i64,
+) -> Result<Option<Vec<u8>>, StorageError> {
+    let table = layout::meta_table(&key.client_id);
+    let row = codec::request_row_key(&key.client_id, &key.deduper, &key.request_id);
+    let col = codec::column(layout::META_FAMILY, meta_col::REQUEST);
+    let mut value = expire_ms.to_be_bytes().to_vec();
+    value.extend_from_slice(record);
+    // The cell outlives the record by a minute, so HBase never drops it early.
+    let ttl = codec::ttl_attributes((expire_ms - now_ms).max(0).saturating_add(60_000));
+    for _ in 0..UPDATE_ATTEMPTS {
+        let expected = match read_request(pool, key)? {
+            Some((earlier, expire)) if expire >= now_ms => return Ok(Some(earlier[8..].to_vec())),
+            Some((stale, _)) => stale,
+            None => Vec::new(),
+        };
+        // Not retried blindly: a lost answer is resolved by reading again.
+        let won = pool.call(Retry::Once, |c| {
+            c.check_and_put(
+                table.clone().into_bytes(),
+                row.clone(),
+                col.clone(),
+                expected.clone(),
+                codec::put(col.clone(), value.clone()),
+                ttl.clone(),
+            )
+        });
+        match won {
+            Ok(true) => return Ok(None),
+            Ok(false) => continue,
+            Err(e) if e.retryable() => {
+                // Maybe stored: the next read tells (ours then reads as "earlier").
+                if let Some((v, _)) = read_request(pool, key)?
+                    && v == value
+                {
+                    return Ok(None);
+                }
+                return Err(e.into_storage(&format!("checkAndPut {table}")));
+            }
+            Err(e) => return Err(e.into_storage(&format!("checkAndPut {table}"))),
+        }
+    }
+    Err(StorageError::Unavailable(format!(
+        "request record in {table}: {UPDATE_ATTEMPTS} concurrent attempts in a row; retry"
+    )))
 }
 
 /// Claims the row, then writes the config (see the module docs). Errors:
@@ -213,7 +379,7 @@ mod tests {
     #[test]
     fn every_meta_column_is_asked_by_name() {
         let cols = meta_columns();
-        assert_eq!(cols.len(), 11);
+        assert_eq!(cols.len(), 13);
         assert!(cols.iter().all(|c| c.starts_with(b"C:") && c.len() > 2));
     }
 }

@@ -77,7 +77,7 @@ use self::data::ReadGroup;
 use self::pool::{Pool, Retry};
 use self::tables::Tables;
 pub use self::tables::{data_family, meta_family};
-use super::{BitAddr, Cell, StorageError, Store};
+use super::{BeforeWrite, BitAddr, Cell, Change, RequestKey, StorageError, Store};
 use crate::clock::now_ms;
 use crate::contract::layout;
 use crate::deduper::{Deduper, Level};
@@ -196,8 +196,18 @@ impl HbaseStore {
     /// AddIfAbsent with the guard (`guard.rs`): read bits and guards, write,
     /// swap each touched row's guard; the bits of a row whose swap was lost
     /// come back as set.
-    fn guarded_read_and_write(&self, d: &Deduper, bits: &[BitAddr], expire_ms: i64) -> Result<Vec<Cell>, StorageError> {
+    /// `before_write` sees the cells as read (a request id's answer is
+    /// recorded from them): a retry of a request that lost a swap repeats
+    /// that first answer (see docs/hbase.md).
+    fn guarded_read_and_write(
+        &self,
+        d: &Deduper,
+        bits: &[BitAddr],
+        expire_ms: i64,
+        before_write: &mut BeforeWrite<'_>,
+    ) -> Result<Vec<Cell>, StorageError> {
         let (mut cells, guards) = self.read_with_guards(d, bits, true)?;
+        before_write(&cells)?;
         self.write(d, bits, expire_ms)?;
         let table = self.data_table(d);
         let ttl_ms = i64::try_from(d.expiry_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
@@ -329,18 +339,20 @@ impl Store for HbaseStore {
         self.write(deduper, bits, expire_ms)
     }
 
-    /// Read, then write, then (with `add_if_absent_guard`) swap each touched
-    /// row's guard: see the module docs and `guard.rs`.
+    /// Read, `before_write`, write, then (with `add_if_absent_guard`) swap
+    /// each touched row's guard: see the module docs and `guard.rs`.
     fn read_and_write_bits(
         &self,
         deduper: &Deduper,
         bits: &[BitAddr],
         expire_ms: i64,
+        before_write: &mut BeforeWrite<'_>,
     ) -> Result<Vec<Cell>, StorageError> {
         if self.config.add_if_absent_guard {
-            return self.guarded_read_and_write(deduper, bits, expire_ms);
+            return self.guarded_read_and_write(deduper, bits, expire_ms, before_write);
         }
         let cells = self.read(deduper, bits)?;
+        before_write(&cells)?;
         self.write(deduper, bits, expire_ms)?;
         Ok(cells)
     }
@@ -350,8 +362,33 @@ impl Store for HbaseStore {
         meta::create(&self.pool, &self.tables, deduper, now_ms())
     }
 
-    fn update_deduper(&self, deduper: &Deduper) -> Result<(), StorageError> {
-        meta::put_all(&self.pool, &self.tables, deduper)
+    /// Compare-and-set on the `ver` cell, retried (see `meta.rs`).
+    fn update_deduper(
+        &self,
+        client_id: &str,
+        name: &str,
+        change: &Change<'_>,
+    ) -> Result<Option<Deduper>, StorageError> {
+        meta::update(&self.pool, &self.tables, client_id, name, change, now_ms())
+    }
+
+    /// A `checkAndPut` row in the client's meta table (see `meta.rs`).
+    fn remember_request(
+        &self,
+        key: &RequestKey,
+        record: &[u8],
+        expire_ms: i64,
+    ) -> Result<Option<Vec<u8>>, StorageError> {
+        meta::remember_request(&self.pool, key, record, expire_ms, now_ms())
+    }
+
+    fn recall_request(&self, key: &RequestKey) -> Result<Option<Vec<u8>>, StorageError> {
+        meta::recall_request(&self.pool, key, now_ms())
+    }
+
+    /// The data table (`storage.table`, or `<table>_<farm>` for DC level).
+    fn data_location(&self, deduper: &Deduper) -> Option<String> {
+        Some(self.data_table(deduper))
     }
 
     fn get_deduper(&self, client_id: &str, name: &str) -> Result<Option<Deduper>, StorageError> {

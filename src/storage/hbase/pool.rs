@@ -52,7 +52,7 @@ pub enum HbaseError {
 }
 
 impl HbaseError {
-    fn retryable(&self) -> bool {
+    pub fn retryable(&self) -> bool {
         matches!(self, HbaseError::Connection(_) | HbaseError::Io { retry: true, .. })
     }
 
