@@ -43,7 +43,12 @@ timeout_s="${SOLUS_HBASE_START_TIMEOUT:-240}"
 java="${JAVA_HOME:+$JAVA_HOME/bin/}java"
 
 die() { echo "standalone.sh: $*" >&2; exit 1; }
-usage() { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+# Prints the reason, then the header comment of this file as usage; exit 2.
+usage() {
+  [[ -z "${1:-}" ]] || echo "standalone.sh: $1" >&2
+  sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2
+  exit 2
+}
 
 # JVM flags HBase's own launcher (bin/hbase, 2.5+) sets on JDK 17.
 jdk17_flags=(
@@ -90,6 +95,8 @@ classpath() {
 }
 
 alive() { [[ -f "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+valid_port() { [[ "$1" =~ ^[0-9]+$ ]] && ((10#$1 >= 1 && 10#$1 <= 65535)); }
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
@@ -164,12 +171,18 @@ tail_logs() {
 }
 
 cmd_start() {
-  [[ $# -ge 2 && $# -le 3 ]] || usage
+  [[ $# -ge 2 && $# -le 3 ]] || usage "start takes DIR THRIFT_PORT [FRAMED_PORT]"
   local dir thrift_port="$2" framed_port="${3:-}"
-  [[ "$thrift_port" =~ ^[0-9]+$ ]] || die "THRIFT_PORT must be a port number, got '$thrift_port'"
-  [[ -z "$framed_port" || "$framed_port" =~ ^[0-9]+$ ]] || die "FRAMED_PORT must be a port number, got '$framed_port'"
+  valid_port "$thrift_port" || die "THRIFT_PORT must be a port number from 1 to 65535, got '$thrift_port'"
+  [[ -z "$framed_port" ]] || valid_port "$framed_port" ||
+    die "FRAMED_PORT must be a port number from 1 to 65535, got '$framed_port'"
+  [[ "$thrift_port" != "$framed_port" ]] || die "THRIFT_PORT and FRAMED_PORT must differ"
   mkdir -p "$1"
   dir="$(cd "$1" && pwd)"
+  # Thrift ports first: nothing is started when one is taken by something else.
+  alive "$dir/thrift.pid" || port_free "$thrift_port" || die "Thrift port $thrift_port is taken; pick another THRIFT_PORT"
+  [[ -z "$framed_port" ]] || alive "$dir/thrift-framed.pid" || port_free "$framed_port" ||
+    die "framed Thrift port $framed_port is taken; pick another FRAMED_PORT"
   need_tools
   classpath >/dev/null
   classpath "$project/shell" >/dev/null
@@ -193,6 +206,8 @@ cmd_start() {
     echo "standalone.sh: starting HBase master + region server + ZooKeeper (127.0.0.1:$zk_port), data in $dir/hbase" >&2
     run_java "$dir" "$heap" "$dir/master.pid" "$dir/logs/master.log" \
       -Dproc_master org.apache.hadoop.hbase.master.HMaster start
+  else
+    echo "standalone.sh: HBase master already running (pid $(cat "$dir/master.pid")), left as is" >&2
   fi
   start_thrift "$dir" "$thrift_port" thrift buffered
   [[ -z "$framed_port" ]] || start_thrift "$dir" "$framed_port" thrift-framed framed
@@ -201,13 +216,16 @@ cmd_start() {
   if ! wait_ready "$dir" "${ready_args[@]}" || { [[ -n "$framed_port" ]] && ! wait_ready "$dir" "$framed_port" framed; }; then
     tail_logs "$dir"
     cmd_stop "$dir" >&2 || true
-    die "HBase did not become ready (wait limit ${timeout_s} s; logs in $dir/logs)"
+    die "HBase did not become ready (logs in $dir/logs)"
   fi
 }
 
 start_thrift() { # DIR PORT NAME buffered|framed
   local dir="$1" port="$2" name="$3" transport="$4"
-  alive "$dir/$name.pid" && return 0
+  if alive "$dir/$name.pid"; then
+    echo "standalone.sh: $name server already running (pid $(cat "$dir/$name.pid")), left as is" >&2
+    return 0
+  fi
   port_free "$port" || die "Thrift port $port is taken; pick another THRIFT_PORT"
   echo "$port" >"$dir/$name.port"
   local flags=(-p "$port" --bind 127.0.0.1)
@@ -256,17 +274,18 @@ stop_pid() { # PIDFILE NAME
 }
 
 cmd_stop() {
-  [[ $# -eq 1 ]] || usage
+  [[ $# -eq 1 ]] || usage "stop takes DIR"
   [[ -d "$1" ]] || die "no such directory: $1"
   local dir
   dir="$(cd "$1" && pwd)"
+  ls "$dir"/*.pid >/dev/null 2>&1 || echo "standalone.sh: nothing was started in $dir" >&2
   stop_pid "$dir/thrift-framed.pid" "Thrift1 server (framed)"
   stop_pid "$dir/thrift.pid" "Thrift1 server"
   stop_pid "$dir/master.pid" "HBase master"
 }
 
 cmd_status() {
-  [[ $# -eq 1 ]] || usage
+  [[ $# -eq 1 ]] || usage "status takes DIR"
   local dir="$1" ok=0 name
   for name in master thrift thrift-framed; do
     if alive "$dir/$name.pid"; then
@@ -279,10 +298,12 @@ cmd_status() {
 }
 
 cmd_shell() {
-  [[ $# -ge 1 ]] || usage
+  [[ $# -ge 1 ]] || usage "shell takes DIR [FILE [ARGS...]]"
+  [[ -d "$1" ]] || die "no such directory: $1"
   local dir
   dir="$(cd "$1" && pwd)"; shift
   [[ -f "$dir/conf/hbase-site.xml" ]] || die "$dir has no HBase started by this script (run start first)"
+  alive "$dir/master.pid" || die "the HBase in $dir is not running (run: $0 start $dir THRIFT_PORT)"
   need_tools
   # The shell runs on its own 2.4.17 classpath (see standalone/shell/pom.xml),
   # JRuby first as bin/hbase puts it. HBase 2.4 logs through log4j 1.
@@ -305,5 +326,6 @@ case "${1:-}" in
   stop) shift; cmd_stop "$@" ;;
   status) shift; cmd_status "$@" ;;
   shell) shift; cmd_shell "$@" ;;
-  *) usage ;;
+  "") usage "no command given" ;;
+  *) usage "unknown command '$1'" ;;
 esac

@@ -183,7 +183,8 @@ impl TestServer {
 
     async fn wait_ready(&self) {
         let mut health = tonic_health::pb::health_client::HealthClient::new(self.channel.clone());
-        for _ in 0..200 {
+        // Up to 60 s: a real HBase just restarted can take that to answer.
+        for _ in 0..2400 {
             let req = tonic_health::pb::HealthCheckRequest { service: String::new() };
             if health.check(req).await.is_ok() {
                 return;

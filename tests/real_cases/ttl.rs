@@ -32,7 +32,7 @@ async fn cells_leave_hbase_after_expiry_plus_cell_ttl_also_through_major_compact
     let Some(b) = TestBackend::real_hbase() else { return };
     let (real, _) = b.real.clone().unwrap();
     let s = TestServer::start(&b).await;
-    const EXPIRY_S: u64 = 20;
+    const EXPIRY_S: u64 = 40;
     s.admin()
         .create_deduper(create_geom("c", "d", 1, 1, 10, EXPIRY_S))
         .await
@@ -56,9 +56,18 @@ async fn cells_leave_hbase_after_expiry_plus_cell_ttl_also_through_major_compact
         "HBase keeps it until expiry + expiry_seconds"
     );
 
-    // Into an HFile while the cell is still alive for HBase.
+    // Into an HFile while the cell is still alive for HBase (expiry + 40 s;
+    // each shell run starts a JVM: about 8 s here, much more under load).
     shell(real, "flush 'solus_deduper'");
-    assert_eq!(raw_scan_rows(real, "solus_deduper"), 1, "flushed cell in a raw scan");
+    let rows = raw_scan_rows(real, "solus_deduper");
+    if start.elapsed() < Duration::from_secs(EXPIRY_S - 5) {
+        assert_eq!(rows, 1, "flushed cell in a raw scan");
+    } else {
+        eprintln!(
+            "the shell took {:.0?}: the flushed cell may have expired; its raw scan is not checked",
+            start.elapsed()
+        );
+    }
 
     let gone_at = Duration::from_secs(EXPIRY_S + 2);
     tokio::time::sleep(gone_at.saturating_sub(start.elapsed())).await;
