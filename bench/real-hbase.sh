@@ -51,21 +51,24 @@ thrift_calls() {
         python3 -c 'import json,sys; b=json.load(sys.stdin)["beans"][0]; print(json.dumps({k[:-8]: v for k, v in b.items() if k.endswith("_num_ops") and not k.startswith(("PauseTime", "TimeInQueue", "BatchGet", "BatchMutate", "ThriftCall", "SlowThriftCall"))}))'
 }
 
-serve() { # GUARD -> address
-    local port guard="$1"
+serve() { # GUARD: starts a server (in this shell, so cleanup can stop it); sets addr
+    local port guard="$1" pid
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done # one server at a time
     port="$(free_port)"
     SOLUS__SERVER__LISTEN="127.0.0.1:$port" SOLUS__METRICS__LISTEN="" SOLUS__STORAGE__BACKEND=hbase \
         SOLUS__STORAGE__HBASE__ADDRESSES="127.0.0.1:$thrift_port" SOLUS__STORAGE__HBASE__ADD_IF_ABSENT_GUARD="$guard" \
         RUST_LOG=warn "$solus" serve >"$work/serve-$guard.log" 2>&1 &
     pids+=($!)
+    addr="127.0.0.1:$port"
     for _ in $(seq 1 100); do
-        "$solus" deduper list --addr "127.0.0.1:$port" --client probe >/dev/null 2>&1 && break
+        "$solus" deduper list --addr "$addr" --client probe >/dev/null 2>&1 && return
         sleep 0.2
     done
-    echo "127.0.0.1:$port"
+    echo "bench/real-hbase.sh: solus serve did not start (log: $work/serve-$guard.log)" >&2
+    exit 1
 }
 
-addr="$(serve true)"
+serve true
 sleep 11; before="$(thrift_calls)"
 run="$(date +%s)" # fresh dedupers: a reused one would already hold an earlier run's entities
 "$solus" replay --addr "$addr" --input "$data" --events "$events" --deduper "replay-$run" --expected-insertions "$n" \
@@ -77,12 +80,12 @@ echo "== Thrift calls during the replay (HBase Thrift server metrics):"
 python3 -c 'import json,sys; a=json.loads(sys.argv[1]); b=json.loads(sys.argv[2]); print({k: b[k]-a.get(k,0) for k in b if b[k]-a.get(k,0)})' "$before" "$after"
 
 for guard in true false; do
-    addr="$(serve "$guard")"
+    serve "$guard"
     echo "== solus bench AddIfAbsent, guard $guard (batch 1000, concurrency 4, ${seconds} s):"
     "$solus" bench --addr "$addr" --op add-if-absent --deduper "bench-$guard-$run" --batch 1000 --concurrency 4 \
         --duration "$seconds" --json | tail -n 1
 done
-addr="$(serve true)"
+serve true
 echo "== solus bench CheckAbsence (batch 1000, concurrency 4, ${seconds} s):"
 "$solus" bench --addr "$addr" --op check --deduper "bench-true-$run" --batch 1000 --concurrency 4 \
     --duration "$seconds" --json | tail -n 1

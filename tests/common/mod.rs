@@ -81,6 +81,8 @@ impl TestBackend {
         settings.storage.hbase.read_timeout_ms = 20_000;
         settings.storage.hbase.write_timeout_ms = 20_000;
         settings.storage.hbase.connect_timeout_ms = 2_000;
+        // A dropped test server stops quickly and stops re-creating tables.
+        settings.server.drain_timeout_ms = 500;
         Some(TestBackend {
             name: "real-hbase",
             settings,

@@ -179,20 +179,44 @@ impl RealHbase {
         connect_raw(self.thrift)
     }
 
-    /// Disables and deletes every table but HBase's own.
+    /// Disables and deletes every table but HBase's own, until none is left
+    /// for 3 s: the previous test's server may still be shutting down (its
+    /// runtime ends after the test released HBase) and re-create a table it
+    /// finds missing (`create_tables`).
     pub fn drop_user_tables(&self) {
         let mut raw = self.raw();
-        let names = raw.get_table_names().expect("getTableNames");
-        for name in names {
-            if name.starts_with(b"hbase:") {
+        let start = Instant::now();
+        let mut empty_since: Option<Instant> = None;
+        loop {
+            let names: Vec<Vec<u8>> = raw
+                .get_table_names()
+                .expect("getTableNames")
+                .into_iter()
+                .filter(|n| !n.starts_with(b"hbase:"))
+                .collect();
+            if names.is_empty() {
+                let since = *empty_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= Duration::from_secs(3) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(250));
                 continue;
             }
-            if raw.is_table_enabled(name.clone()).unwrap_or(false) {
-                raw.disable_table(name.clone())
-                    .unwrap_or_else(|e| panic!("disableTable {}: {e:?}", String::from_utf8_lossy(&name)));
+            empty_since = None;
+            assert!(
+                start.elapsed() < Duration::from_secs(120),
+                "user tables keep coming back: {:?}",
+                names
+                    .iter()
+                    .map(|n| String::from_utf8_lossy(n).into_owned())
+                    .collect::<Vec<_>>()
+            );
+            for name in names {
+                // Errors are expected in races (already disabled, enabling, gone):
+                // the loop looks again.
+                let _ = raw.disable_table(name.clone());
+                let _ = raw.delete_table(name);
             }
-            raw.delete_table(name.clone())
-                .unwrap_or_else(|e| panic!("deleteTable {}: {e:?}", String::from_utf8_lossy(&name)));
         }
     }
 
