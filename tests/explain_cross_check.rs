@@ -5,7 +5,7 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-/// The contract as written in `../shared/test-vectors.json`, from scratch.
+/// The contract as written in `tests/data/test-vectors.json`, from scratch.
 fn reference(entity: &[u8], shards: u32, k: usize, bps: u32, client: &str, deduper: &str) -> serde_json::Value {
     let h = fastmurmur3::hash(entity).to_le_bytes();
     let h1 = i64::from_le_bytes(h[..8].try_into().unwrap());
@@ -41,7 +41,7 @@ fn reference(entity: &[u8], shards: u32, k: usize, bps: u32, client: &str, dedup
 #[test]
 fn fastmurmur3_agrees_with_the_shared_vectors() {
     // Guard: the independent implementation must itself match the vectors.
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/test-vectors.json");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/test-vectors.json");
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     for case in v["cases"].as_array().unwrap() {
         let hex = case["entity_hex"].as_str().unwrap();

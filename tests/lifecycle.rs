@@ -16,7 +16,7 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
-use common::{create_geom, create_np, ents, shared_data};
+use common::{create_geom, create_np, ents};
 use process::{SolusProcess, metric};
 
 const SECRET: &str = "secret-entity-content-7f3a";
@@ -99,11 +99,15 @@ async fn metrics_move_during_a_replay_and_failures_log_one_line() {
     let before = m("solus_requests_total", &[("rpc", "AddIfAbsent"), ("code", "OK")]).unwrap_or(0.0);
 
     // A replay of 300 requests: the AddIfAbsent counter is seen moving while it runs.
+    // Its key file is written here (skewed weights), so the test needs no data set.
+    let keys = tempfile::NamedTempFile::new().unwrap();
+    let lines: String = (1..=5_000).map(|i| format!("key-{i}\t{}\n", 100_000 / i)).collect();
+    std::fs::write(keys.path(), format!("key\tweight\n{lines}")).unwrap();
     let mut replay = tokio::process::Command::new(env!("CARGO_BIN_EXE_solus"))
         .args(["replay", "--addr", &server.url(), "--events", "30000", "--batch", "100"])
         .args(["--expected-insertions", "30000", "--json"])
         .arg("--input")
-        .arg(shared_data("npm-downloads.tsv"))
+        .arg(keys.path())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()

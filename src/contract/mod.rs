@@ -3,7 +3,8 @@
 //! qualifiers and cell values are encoded, and how a deduper is sized.
 //!
 //! Nothing here does I/O; every function is checked against the reference
-//! vectors in `../shared/test-vectors.json` (an independent implementation).
+//! vectors in `tests/data/test-vectors.json` (an independent implementation;
+//! a copy of `../shared/test-vectors.json`, checked equal when that exists).
 
 pub mod hashing;
 pub mod layout;
@@ -16,13 +17,16 @@ pub const MAX_HASH_FUNCTIONS: u32 = 64;
 
 #[cfg(test)]
 pub(crate) mod test_vectors {
-    //! Loads `../shared/test-vectors.json`, produced by an independent
-    //! implementation of the contract.
+    //! Loads `tests/data/test-vectors.json`, produced by an independent
+    //! implementation of the contract (the repository's copy of
+    //! `../shared/test-vectors.json`, so the tests need nothing beside the clone).
     use serde_json::Value;
 
+    /// The vectors travel with the repository.
+    pub const PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/test-vectors.json");
+
     fn load() -> Value {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/test-vectors.json");
-        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+        let text = std::fs::read_to_string(PATH).unwrap_or_else(|e| panic!("reading {PATH}: {e}"));
         serde_json::from_str(&text).expect("test-vectors.json is valid JSON")
     }
 

@@ -299,9 +299,31 @@ pub async fn add_if_absent(s: &TestServer, client: &str, deduper: &str, items: &
         .absent
 }
 
-/// Lines of a shared data file (`../shared/data/<name>`).
-pub fn shared_data(name: &str) -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data")).join(name)
+/// The directory of the large data sets, beside the clone (not in the repository).
+pub const SHARED_DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data");
+
+/// A large data set, `../shared/data/<name>`, for the test `test`. When it is
+/// absent (a clone on its own) this prints one line saying the test skipped
+/// and returns `None`; with `SOLUS_REQUIRE_SHARED_DATA=1` (CI) absence fails
+/// the test instead.
+pub fn shared_data(test: &str, name: &str) -> Option<PathBuf> {
+    let path = PathBuf::from(SHARED_DATA).join(name);
+    if path.is_file() {
+        return Some(path);
+    }
+    if std::env::var_os("SOLUS_REQUIRE_SHARED_DATA").is_some_and(|v| v == "1") {
+        panic!("{test}: {} is missing and SOLUS_REQUIRE_SHARED_DATA=1", path.display());
+    }
+    skipped(test, &format!("{} is absent", path.display()));
+    None
+}
+
+/// Prints one line saying `test` skipped and why. It goes straight to the
+/// process's stderr, which the test harness does not capture, so the line
+/// shows in `cargo test` output even when the test passes.
+pub fn skipped(test: &str, why: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "skipped: {test}: {why}");
 }
 
 /// CheckAbsence of any number of entities, in requests of 5,000; the

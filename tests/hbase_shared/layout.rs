@@ -13,7 +13,7 @@ use super::{all_row_keys, row};
 use crate::common::*;
 
 fn vectors() -> Vec<Value> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/test-vectors.json");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/test-vectors.json");
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
     serde_json::from_str::<Value>(&text).unwrap()["cases"]
         .as_array()

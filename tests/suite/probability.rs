@@ -7,13 +7,17 @@ use solus::api::pb;
 
 use crate::common::*;
 
-fn pypi_names(count: usize) -> Vec<String> {
-    let file = std::fs::File::open(shared_data("pypi-names.txt")).expect("../shared/data/pypi-names.txt");
-    std::io::BufReader::new(file)
-        .lines()
-        .take(count)
-        .map(|l| l.unwrap())
-        .collect()
+/// The first `count` real package names, `None` (test skipped) without `../shared/data`.
+fn pypi_names(test: &str, count: usize) -> Option<Vec<String>> {
+    let path = shared_data(test, "pypi-names.txt")?;
+    let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("opening {}: {e}", path.display()));
+    Some(
+        std::io::BufReader::new(file)
+            .lines()
+            .take(count)
+            .map(|l| l.unwrap())
+            .collect(),
+    )
 }
 
 /// Insert `n` real names, query 200,000 disjoint ones: the observed rate
@@ -21,10 +25,14 @@ fn pypi_names(count: usize) -> Vec<String> {
 /// result is reproducible; the band is wide (about +/-10 binomial standard
 /// deviations) but a broken hash (correlated bits, bad shard spread) falls out.
 pub async fn false_positive_rate_at_design_load(b: &TestBackend) {
+    let (n, p) = (50_000usize, 0.01);
+    let test = format!("false_positive_rate_at_design_load ({})", b.name);
+    let Some(names) = pypi_names(&test, n + 200_000) else {
+        return;
+    };
     let mut settings = b.settings.clone();
     settings.limits.max_bits_per_shard = 65_536; // force several shards
     let s = TestServer::start_with(settings).await;
-    let (n, p) = (50_000usize, 0.01);
     let d = s
         .admin()
         .create_deduper(create_np("c", "fp", n as u64, p, 3600))
@@ -32,7 +40,6 @@ pub async fn false_positive_rate_at_design_load(b: &TestBackend) {
         .unwrap()
         .into_inner();
     assert_eq!((d.shards, d.hash_functions), (8, 7));
-    let names = pypi_names(n + 200_000);
     let (inserted, queried) = names.split_at(n);
     let mut data = s.data();
     for chunk in inserted.chunks(5000) {
@@ -62,6 +69,9 @@ pub async fn false_positive_rate_at_design_load(b: &TestBackend) {
 /// `solus replay` of 100,000 npm download-weighted events: 0 false negatives,
 /// false-positive rate within 1.5 x p.
 pub async fn replay_npm_events(b: &TestBackend) {
+    let Some(events) = shared_data(&format!("replay_npm_events ({})", b.name), "npm-downloads.tsv") else {
+        return;
+    };
     let s = TestServer::start(b).await;
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_solus"))
         .args([
@@ -76,7 +86,7 @@ pub async fn replay_npm_events(b: &TestBackend) {
         ])
         .args(["--expected-insertions", "30000", "--false-positive-rate", "0.01"])
         .arg("--input")
-        .arg(shared_data("npm-downloads.tsv"))
+        .arg(events)
         .output()
         .await
         .expect("running solus replay");
