@@ -197,6 +197,19 @@ impl fmt::Debug for Authenticator {
     }
 }
 
+/// `off`, or `on (<n> tokens from <file>)`, for the start-up log.
+impl fmt::Display for Authenticator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.source {
+            None => f.write_str("off"),
+            Some((path, tokens)) => {
+                let n = tokens.read().unwrap_or_else(|p| p.into_inner()).len();
+                write!(f, "on ({n} tokens from {})", path.display())
+            }
+        }
+    }
+}
+
 impl Authenticator {
     /// Authentication off: every request is [`Principal::Anonymous`].
     pub fn disabled() -> Authenticator {

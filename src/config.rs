@@ -2,6 +2,7 @@
 //! variables `SOLUS__<SECTION>__<KEY>` (e.g. `SOLUS__SERVER__LISTEN`).
 
 use std::net::SocketAddr;
+
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -216,10 +217,257 @@ impl Default for LogConfig {
     }
 }
 
+/// Every settings key, dotted (`deploy/solus.toml` shows each with its default).
+pub const KEYS: &[&str] = &[
+    "farm",
+    "server.listen",
+    "server.health_check_interval_ms",
+    "server.request_timeout_ms",
+    "server.drain_timeout_ms",
+    "server.health_listen",
+    "server.tls.cert_file",
+    "server.tls.key_file",
+    "server.tls.client_ca_file",
+    "storage.backend",
+    "storage.table",
+    "storage.embedded.path",
+    "storage.embedded.fsync",
+    "storage.embedded.checkpoint_interval_ms",
+    "storage.embedded.checkpoint_journal_bytes",
+    "storage.embedded.sweep_interval_seconds",
+    "storage.embedded.max_memory_mib",
+    "storage.embedded.cache_mib",
+    "storage.hbase.addresses",
+    "storage.hbase.transport",
+    "storage.hbase.protocol",
+    "storage.hbase.pool_size",
+    "storage.hbase.connect_timeout_ms",
+    "storage.hbase.read_timeout_ms",
+    "storage.hbase.write_timeout_ms",
+    "storage.hbase.retries",
+    "storage.hbase.retry_backoff_ms",
+    "storage.hbase.create_tables",
+    "storage.hbase.read_legacy_markers",
+    "storage.hbase.max_cells_per_read",
+    "storage.hbase.max_request_bytes",
+    "limits.max_entities_per_request",
+    "limits.max_entity_bytes",
+    "limits.max_message_bytes",
+    "limits.max_concurrent_requests",
+    "limits.max_shards",
+    "limits.max_bits_per_shard",
+    "log.level",
+    "log.json",
+    "auth.enabled",
+    "auth.tokens_file",
+    "metrics.listen",
+];
+
+/// The keys whose values are one of a few words, and those words.
+const CHOICES: &[(&str, &str)] = &[
+    ("storage.backend", "\"embedded\" or \"hbase\""),
+    ("storage.hbase.transport", "\"buffered\" or \"framed\""),
+    ("storage.hbase.protocol", "\"binary\" or \"compact\""),
+];
+
+/// Environment variables of the client commands (`--addr` and friends) and
+/// of the test suite: `SOLUS_` with one underscore, but not settings.
+pub const CLIENT_VARIABLES: &[&str] = &[
+    "SOLUS_ADDR",
+    "SOLUS_TOKEN",
+    "SOLUS_CA_CERT",
+    "SOLUS_CLIENT_CERT",
+    "SOLUS_CLIENT_KEY",
+    "SOLUS_REQUIRE_SHARED_DATA",
+];
+
+/// HBase's framed Thrift server drops frames above
+/// `hbase.regionserver.thrift.framed.max_frame_size_in_mb` (2 MB by default).
+pub const HBASE_DEFAULT_MAX_FRAME_BYTES: u64 = 2 << 20;
+
+/// The settings environment variable of a dotted key: `server.listen` ->
+/// `SOLUS__SERVER__LISTEN`.
+pub fn env_name(key: &str) -> String {
+    format!("SOLUS__{}", key.replace('.', "__").to_uppercase())
+}
+
+/// The dotted key a `SOLUS__...` variable sets (`None` for other variables).
+fn key_of_variable(name: &str) -> Option<String> {
+    let rest = name.strip_prefix("SOLUS__")?;
+    Some(rest.split("__").collect::<Vec<_>>().join(".").to_lowercase())
+}
+
+/// Warnings about environment variables that look meant for the server but
+/// are ignored: `SOLUS_SERVER_LISTEN` (one underscore, like the client's
+/// `SOLUS_ADDR`) instead of `SOLUS__SERVER__LISTEN`.
+pub fn environment_warnings(vars: impl IntoIterator<Item = (String, String)>) -> Vec<String> {
+    let mut out: Vec<String> = vars
+        .into_iter()
+        .filter_map(|(name, _)| {
+            let rest = name.strip_prefix("SOLUS_")?;
+            if rest.starts_with('_') || CLIENT_VARIABLES.contains(&name.as_str()) {
+                return None;
+            }
+            let flat = rest.to_lowercase();
+            let meant = KEYS.iter().find(|k| k.replace('.', "_") == flat);
+            Some(match meant {
+                Some(key) => format!(
+                    "environment variable {name} is ignored: settings take two underscores between \
+                     SOLUS, section and key; for {key} set {}",
+                    env_name(key)
+                ),
+                None => format!(
+                    "environment variable {name} is ignored: settings are SOLUS__<SECTION>__<KEY> with two \
+                     underscores (e.g. SOLUS__SERVER__LISTEN; deploy/solus.toml lists the keys), and the \
+                     client's variables are {}",
+                    CLIENT_VARIABLES[..5].join(", ")
+                ),
+            })
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The text between the first pair of backquotes after `marker` in `text`.
+fn quoted_after<'a>(text: &'a str, marker: &str) -> Option<&'a str> {
+    let rest = &text[text.find(marker)? + marker.len()..];
+    let rest = rest.strip_prefix('`')?;
+    Some(&rest[..rest.find('`')?])
+}
+
+/// A settings error in the server's terms: which key, where it was set (the
+/// file or the environment variable), and what is allowed.
+fn explain(
+    e: config::ConfigError,
+    file: Option<&Path>,
+    env: &std::collections::HashMap<String, String>,
+) -> anyhow::Error {
+    let message = e.to_string();
+    let shown_file = file.map(|f| f.display().to_string());
+    if let Some(f) = &shown_file
+        && message.contains("not found")
+        && message.contains(f.as_str())
+        && !file.is_some_and(Path::exists)
+    {
+        return anyhow::anyhow!(
+            "settings file {f} (--config) does not exist; no file is needed for the defaults, and \
+             deploy/solus.toml lists every key with its default"
+        );
+    }
+    // Where a key was set: an environment variable wins over the file.
+    let origin = |key: &str| -> String {
+        let from_env = env
+            .keys()
+            .filter_map(|name| Some((name, key_of_variable(name)?)))
+            .find(|(_, k)| k == key || k.starts_with(&format!("{key}.")));
+        match (from_env, &shown_file) {
+            (Some((name, _)), _) => format!("from environment variable {name}"),
+            (None, Some(f)) => format!("in {f}"),
+            (None, None) => "in the environment".to_string(),
+        }
+    };
+    // Drop the location the config crate appends ("... in file.toml"): ours is said once.
+    let message = match &shown_file {
+        Some(f) => message.trim_end_matches(&format!(" in {f}")).to_string(),
+        None => message,
+    };
+    let section = quoted_after(&message, "for key ");
+    if let Some(field) = quoted_after(&message, "unknown field ") {
+        let key = section.map_or(field.to_string(), |s| format!("{s}.{field}"));
+        // Direct children of the section (or the top level): keys, and sub-sections as `name.*`.
+        let mut known: Vec<String> = Vec::new();
+        for k in KEYS {
+            let rest = match section {
+                Some(s) => match k.strip_prefix(s).and_then(|r| r.strip_prefix('.')) {
+                    Some(rest) => rest,
+                    None => continue,
+                },
+                None => k,
+            };
+            let shown = match rest.split_once('.') {
+                Some((sub, _)) => format!("{sub}.*"),
+                None => rest.to_string(),
+            };
+            if !known.contains(&shown) {
+                known.push(shown);
+            }
+        }
+        let within = section.map_or("the top level".to_string(), |s| format!("[{s}]"));
+        let flat = key.replace('.', "_");
+        let meant = KEYS
+            .iter()
+            .find(|k| k.replace('.', "_") == flat)
+            .map(|k| format!(" (did you mean {k}, or {} in the environment?)", env_name(k)))
+            .unwrap_or_default();
+        return anyhow::anyhow!(
+            "unknown setting {key} {}{meant}; {within} has {}; deploy/solus.toml lists every key with its default",
+            origin(&key),
+            known.join(", ")
+        );
+    }
+    let Some(key) = section else {
+        return anyhow::anyhow!(
+            "settings{}: {message}",
+            shown_file.map(|f| format!(" file {f}")).unwrap_or_default()
+        );
+    };
+    if let Some((_, allowed)) = CHOICES.iter().find(|(k, _)| *k == key) {
+        let given = message
+            .split("variant constructor ")
+            .nth(1)
+            .and_then(|r| r.split(" for key").next())
+            .map(|v| format!(" = {v:?}"))
+            .unwrap_or_default();
+        return anyhow::anyhow!("{key}{given} {} is not allowed: use {allowed}", origin(key));
+    }
+    let hint = match key {
+        "server.listen" => "; give host:port, e.g. 127.0.0.1:50051",
+        _ => "",
+    };
+    anyhow::anyhow!("{message} ({}){hint}", origin(key))
+}
+
+/// Why the address `addr` of the listen setting `key` cannot be bound, and
+/// what to do: which setting (and variable) moves it, how to find the
+/// process holding the port, and for `metrics.listen` how to turn it off.
+pub fn bind_error(key: &str, addr: impl std::fmt::Display, e: &std::io::Error) -> anyhow::Error {
+    let var = env_name(key);
+    let off = if key == "metrics.listen" {
+        format!("; or turn metrics off with {key} = \"\" ({var}=)")
+    } else {
+        String::new()
+    };
+    let port = addr
+        .to_string()
+        .rsplit_once(':')
+        .map(|(_, p)| p.to_string())
+        .unwrap_or_default();
+    match e.kind() {
+        std::io::ErrorKind::AddrInUse => anyhow::anyhow!(
+            "{key} {addr}: the port is already in use by another process (another `solus serve`? `ss -ltnp \
+             'sport = :{port}'` shows which). Stop it, or choose a free port: {key} in the --config file, or \
+             {var}=<host:port>{off}"
+        ),
+        std::io::ErrorKind::PermissionDenied => anyhow::anyhow!(
+            "{key} {addr}: not allowed to listen there ({e}; ports below 1024 need privileges). Choose a port \
+             above 1023: {key} in the --config file, or {var}=<host:port>{off}"
+        ),
+        std::io::ErrorKind::AddrNotAvailable => anyhow::anyhow!(
+            "{key} {addr}: that address is not one of this machine's ({e}). Use 127.0.0.1 (this machine only), \
+             0.0.0.0 (every interface) or one of its addresses: {key} in the --config file, or {var}=<host:port>{off}"
+        ),
+        _ => anyhow::anyhow!(
+            "{key} {addr}: cannot listen there: {e}. Set another address: {key} in the --config file, or \
+             {var}=<host:port>{off}"
+        ),
+    }
+}
+
 impl Settings {
     /// Defaults, then `file` when given, then `SOLUS__*` environment variables.
-    /// Errors name the file or key that could not be read.
-    pub fn load(file: Option<&Path>) -> Result<Settings, config::ConfigError> {
+    /// Errors name the key, the file or variable that set it, and what is allowed.
+    pub fn load(file: Option<&Path>) -> anyhow::Result<Settings> {
         Self::load_with_env(file, None)
     }
 
@@ -228,7 +476,11 @@ impl Settings {
     pub fn load_with_env(
         file: Option<&Path>,
         env: Option<std::collections::HashMap<String, String>>,
-    ) -> Result<Settings, config::ConfigError> {
+    ) -> anyhow::Result<Settings> {
+        let seen: std::collections::HashMap<String, String> = match &env {
+            Some(env) => env.clone(),
+            None => std::env::vars().filter(|(k, _)| k.starts_with("SOLUS__")).collect(),
+        };
         let mut builder = config::Config::builder();
         if let Some(f) = file {
             builder = builder.add_source(config::File::from(f).format(config::FileFormat::Toml).required(true));
@@ -239,9 +491,31 @@ impl Settings {
                 .try_parsing(true)
                 .source(env),
         );
-        let settings: Settings = builder.build()?.try_deserialize()?;
-        settings.validate()?;
+        let settings: Settings = builder
+            .build()
+            .and_then(|c| c.try_deserialize())
+            .map_err(|e| explain(e, file, &seen))?;
+        settings.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
         Ok(settings)
+    }
+
+    /// Settings that are allowed but probably a mistake, one sentence each
+    /// (logged as warnings at start-up).
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let h = &self.storage.hbase;
+        if self.storage.backend == Backend::Hbase
+            && h.transport == crate::storage::hbase::Transport::Framed
+            && h.max_request_bytes > HBASE_DEFAULT_MAX_FRAME_BYTES
+        {
+            out.push(format!(
+                "storage.hbase.max_request_bytes = {} is above the 2 MiB frame limit of HBase's framed Thrift \
+                 server (hbase.regionserver.thrift.framed.max_frame_size_in_mb, default 2): unless that limit was \
+                 raised, large requests will fail with \"Broken pipe\"; set it to at most {} (default 1048576)",
+                h.max_request_bytes, HBASE_DEFAULT_MAX_FRAME_BYTES
+            ));
+        }
+        out
     }
 
     fn validate(&self) -> Result<(), config::ConfigError> {

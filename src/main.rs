@@ -1,5 +1,6 @@
 //! `solus` binary: parses the command line and runs the server or a client command.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -11,8 +12,11 @@ fn init_logging(level: &str, json: bool) {
     // fjall and lsm-tree log every table flush at info: keep them to warnings.
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(format!("{level},fjall=warn,lsm_tree=warn")));
+    // Colour only on a terminal (never in a file or a pipe), and not with NO_COLOR.
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     if json {
         builder.json().init();
@@ -45,9 +49,15 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
 async fn serve(config: Option<std::path::PathBuf>) -> anyhow::Result<()> {
     let settings = Settings::load(config.as_deref())?;
     init_logging(&settings.log.level, settings.log.json);
+    for warning in solus::config::environment_warnings(std::env::vars()) {
+        tracing::warn!("{warning}");
+    }
+    for warning in settings.warnings() {
+        tracing::warn!("{warning}");
+    }
     let listener = tokio::net::TcpListener::bind(settings.server.listen)
         .await
-        .map_err(|e| anyhow::anyhow!("binding {}: {e}", settings.server.listen))?;
+        .map_err(|e| solus::config::bind_error("server.listen", settings.server.listen, &e))?;
     solus::server::serve(settings, listener, shutdown_signal()?).await
 }
 

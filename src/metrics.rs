@@ -67,15 +67,18 @@ pub fn install(listen: &str) -> anyhow::Result<Option<SocketAddr>> {
     if listen.is_empty() {
         return Ok(None);
     }
-    let addr: SocketAddr = listen
-        .parse()
-        .map_err(|e| anyhow::anyhow!("metrics.listen {listen:?} is not host:port: {e}"))?;
+    let addr: SocketAddr = listen.parse().map_err(|e| {
+        anyhow::anyhow!("metrics.listen {listen:?} is not host:port ({e}); e.g. 127.0.0.1:9464, or \"\" for off")
+    })?;
     if let Some(first) = INSTALLED.get() {
         if *first != addr {
             tracing::warn!(%first, requested = %addr, "metrics recorder already installed in this process; keeping it");
         }
         return Ok(Some(*first));
     }
+    // The exporter's own error does not say which setting; a trial bind does
+    // (the socket is closed at once, with no connection: the port is free again).
+    drop(std::net::TcpListener::bind(addr).map_err(|e| crate::config::bind_error("metrics.listen", addr, &e))?);
     let builder = PrometheusBuilder::new()
         .with_http_listener(addr)
         .set_buckets_for_metric(Matcher::Full(REQUEST_DURATION.into()), LATENCY_BUCKETS)?

@@ -37,16 +37,99 @@ pub fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
     match settings.storage.backend {
         Backend::Embedded => {
             let path = &settings.storage.embedded.path;
-            let store = EmbeddedStore::open(settings.storage.embedded.clone())
-                .with_context(|| format!("opening the embedded store at {}", path.display()))?;
+            check_data_dir(path)?;
+            let store = EmbeddedStore::open(settings.storage.embedded.clone()).map_err(|e| {
+                let text = e.to_string();
+                if text.contains("Locked") {
+                    anyhow::anyhow!(
+                        "the data directory {} (storage.embedded.path) is in use by another process, most likely \
+                         another `solus serve`: only one server may open it. Stop that server, or give this one its \
+                         own directory: storage.embedded.path in the --config file, or \
+                         SOLUS__STORAGE__EMBEDDED__PATH=<dir>",
+                        path.display()
+                    )
+                } else {
+                    anyhow::anyhow!(
+                        "opening the embedded store at {} (storage.embedded.path): {text}",
+                        path.display()
+                    )
+                }
+            })?;
             let dedupers = store.deduper_count();
             Ok(Arc::new(MeteredStore::new(Arc::new(store), Some(dedupers))))
         }
         Backend::Hbase => {
             let store = HbaseStore::open(settings.storage.hbase.clone(), &settings.storage.table, &settings.farm)
-                .context("opening the HBase store")?;
+                .map_err(|e| hbase_open_error(settings, &e))?;
             Ok(Arc::new(MeteredStore::new(Arc::new(store), None)))
         }
+    }
+}
+
+/// Creates the embedded store's data directory when missing and checks that
+/// this process may write there; the error names `storage.embedded.path`.
+fn check_data_dir(path: &Path) -> anyhow::Result<()> {
+    let fix = "choose a directory this user may write: storage.embedded.path in the --config file, or \
+               SOLUS__STORAGE__EMBEDDED__PATH=<dir>";
+    std::fs::create_dir_all(path).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot create the data directory {} (storage.embedded.path): {e}; {fix}",
+            path.display()
+        )
+    })?;
+    let probe = path.join(".solus-write-check");
+    std::fs::write(&probe, b"")
+        .and_then(|()| std::fs::remove_file(&probe))
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot write in the data directory {} (storage.embedded.path): {e}; {fix}",
+                path.display()
+            )
+        })
+}
+
+/// What to check when HBase cannot be reached, from the error's text: a
+/// connection the Thrift server resets or drops at once is almost always a
+/// transport or protocol mismatch (`storage.hbase.transport`/`.protocol`);
+/// a refused one means nothing listens at `storage.hbase.addresses`.
+pub fn hbase_hint(h: &crate::storage::hbase::HbaseConfig, error: &str) -> Option<String> {
+    let lower = error.to_lowercase();
+    let (transport, protocol) = thrift_names(h);
+    let dropped = [
+        "reset by peer",
+        "broken pipe",
+        "early eof",
+        "unexpected end",
+        "frame size",
+        "bad version",
+    ];
+    if dropped.iter().any(|m| lower.contains(m)) {
+        Some(format!(
+            "the Thrift server dropped the connection: check that storage.hbase.transport ({transport}) and \
+             storage.hbase.protocol ({protocol}) match its hbase.regionserver.thrift.framed and .compact (the \
+             emulator's --framed and --compact)"
+        ))
+    } else if lower.contains("connection refused") {
+        Some(format!(
+            "nothing listens at {} (storage.hbase.addresses): start HBase's Thrift server (or `cargo run -p \
+             hbase-emulator`), or set storage.hbase.addresses (SOLUS__STORAGE__HBASE__ADDRESSES=host:port)",
+            h.addresses.join(",")
+        ))
+    } else {
+        None
+    }
+}
+
+/// A failed HBase start-up in the settings' terms.
+fn hbase_open_error(settings: &Settings, e: &(dyn std::error::Error + 'static)) -> anyhow::Error {
+    let h = &settings.storage.hbase;
+    let text = crate::cli::hints::causes(e).join(": ");
+    match hbase_hint(h, &text) {
+        Some(hint) => anyhow::anyhow!("opening the HBase store: {text}; {hint}"),
+        None => anyhow::anyhow!(
+            "opening the HBase store at {} (storage.hbase.addresses): {text}",
+            h.addresses.join(",")
+        ),
     }
 }
 
@@ -151,7 +234,7 @@ async fn serve_health_only(
         .with_context(|| format!("server.health_listen {listen:?} is not an address like 0.0.0.0:50052"))?;
     let listener = TcpListener::bind(addr)
         .await
-        .with_context(|| format!("binding server.health_listen {addr}"))?;
+        .map_err(|e| crate::config::bind_error("server.health_listen", addr, &e))?;
     tracing::info!(addr = %listener.local_addr()?, "plaintext health service for probes");
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     Ok(Some(tokio::spawn(async move {
@@ -159,6 +242,20 @@ async fn serve_health_only(
             tracing::error!(error = %e, "health listener failed");
         }
     })))
+}
+
+/// `storage.hbase.transport` and `.protocol` as written in the settings.
+fn thrift_names(h: &crate::storage::hbase::HbaseConfig) -> (&'static str, &'static str) {
+    use crate::storage::hbase::{Protocol, Transport};
+    let transport = match h.transport {
+        Transport::Buffered => "buffered",
+        Transport::Framed => "framed",
+    };
+    let protocol = match h.protocol {
+        Protocol::Binary => "binary",
+        Protocol::Compact => "compact",
+    };
+    (transport, protocol)
 }
 
 /// A one-line description of the store for the start-up log.
@@ -171,11 +268,10 @@ pub fn describe_store(settings: &Settings) -> String {
         ),
         Backend::Hbase => {
             let h = &settings.storage.hbase;
+            let (transport, protocol) = thrift_names(h);
             format!(
-                "HBase Thrift at {} ({:?}/{:?}), tables {} and {}_{}",
+                "HBase Thrift at {} ({transport} transport, {protocol} protocol), tables {} and {}_{}",
                 h.addresses.join(","),
-                h.transport,
-                h.protocol,
                 settings.storage.table,
                 settings.storage.table,
                 settings.farm
@@ -186,8 +282,14 @@ pub fn describe_store(settings: &Settings) -> String {
 
 /// Probes storage every `every` on a thread of its own - never on the
 /// blocking pool, where it would queue behind slow storage calls - and
-/// reports the result as the health of the data service.
-async fn watch_storage(store: Arc<dyn Store>, reporter: HealthReporter, every: Duration) {
+/// reports the result as the health of the data service; a failure is
+/// logged with what to check (`hint`, from the error's text).
+async fn watch_storage(
+    store: Arc<dyn Store>,
+    reporter: HealthReporter,
+    every: Duration,
+    hint: impl Fn(&str) -> Option<String> + Send + 'static,
+) {
     let mut last = None;
     loop {
         let s = store.clone();
@@ -204,17 +306,28 @@ async fn watch_storage(store: Arc<dyn Store>, reporter: HealthReporter, every: D
         };
         let status = match ok {
             Ok(Ok(())) => ServingStatus::Serving,
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "storage unreachable");
-                ServingStatus::NotServing
-            }
+            Ok(Err(e)) => match hint(&e) {
+                Some(hint) => {
+                    tracing::warn!(error = %e, hint = %hint, "storage unreachable");
+                    ServingStatus::NotServing
+                }
+                None => {
+                    tracing::warn!(error = %e, "storage unreachable");
+                    ServingStatus::NotServing
+                }
+            },
             Err(e) => {
                 tracing::warn!(error = %e, "storage probe failed");
                 ServingStatus::NotServing
             }
         };
         if last != Some(status) {
-            tracing::info!(service = DATA_SERVICE_NAME, ?status, "health changed");
+            let shown = match status {
+                ServingStatus::Serving => "SERVING",
+                ServingStatus::NotServing => "NOT_SERVING",
+                ServingStatus::Unknown => "UNKNOWN",
+            };
+            tracing::info!(service = DATA_SERVICE_NAME, status = shown, "health changed");
             reporter.set_service_status(DATA_SERVICE_NAME, status).await;
             last = Some(status);
         }
@@ -244,10 +357,12 @@ pub async fn serve(
 
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_service_status("", ServingStatus::Serving).await;
+    let hbase = (settings.storage.backend == Backend::Hbase).then(|| settings.storage.hbase.clone());
     let watcher = tokio::spawn(watch_storage(
         store.clone(),
         reporter.clone(),
         Duration::from_millis(settings.server.health_check_interval_ms.max(100)),
+        move |error| hbase.as_ref().and_then(|h| hbase_hint(h, error)),
     ));
 
     let reflection_v1 = tonic_reflection::server::Builder::configure()
@@ -280,7 +395,7 @@ pub async fn serve(
         store = %describe_store(&settings),
         tls = tls.is_some(),
         mutual_tls = settings.server.tls.client_ca_file.is_some(),
-        auth = ?auth,
+        auth = %auth,
         "solus listening"
     );
     let health_only = serve_health_only(

@@ -9,7 +9,8 @@ use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
-use super::{DataArgs, DeduperCommand, LevelArg, Target, decode_hex, endpoint_url};
+use super::hints::{Call, call_error, connect_error, endpoint_url};
+use super::{DataArgs, DeduperCommand, LevelArg, Target, decode_hex};
 use crate::api::pb;
 use crate::api::pb::deduper_admin_service_client::DeduperAdminServiceClient;
 use crate::api::pb::deduper_service_client::DeduperServiceClient;
@@ -18,28 +19,89 @@ use crate::api::pb::deduper_service_client::DeduperServiceClient;
 pub struct CreateArgs {
     #[command(flatten)]
     pub target: Target,
+    /// Client id that owns the deduper (1-128 of A-Z a-z 0-9 _ . -).
     #[arg(long)]
     pub client: String,
+    /// Name of the new deduper (1-128 of A-Z a-z 0-9 _ . -).
     #[arg(long)]
     pub name: String,
-    /// n: expected insertions within the expiry window.
+    /// n: distinct entities expected within one --expiry-seconds window (a count).
     #[arg(long, short = 'n')]
     pub expected_insertions: Option<u64>,
-    /// p: target false-positive rate, in (0, 1).
+    /// p: target false-positive rate, a fraction in (0, 1), e.g. 0.01 for 1% [default with -n: 0.01].
     #[arg(long, short = 'p')]
     pub false_positive_rate: Option<f64>,
-    /// k (explicit geometry; give with --shards and --bits-per-shard).
+    /// k: bits set per entity (explicit geometry, instead of -n/-p; give with --shards and --bits-per-shard).
     #[arg(long)]
     pub hash_functions: Option<u32>,
+    /// Number of shards (explicit geometry; give with --hash-functions and --bits-per-shard).
     #[arg(long)]
     pub shards: Option<u32>,
+    /// Bits in each shard (explicit geometry; give with --hash-functions and --shards).
     #[arg(long)]
     pub bits_per_shard: Option<u32>,
-    /// Longest and default TTL, in seconds.
+    /// Longest and default TTL of an entity, in seconds.
     #[arg(long, default_value_t = 86_400)]
     pub expiry_seconds: u64,
+    /// `global`: one filter for every datacenter; `dc`: one per datacenter (the server's `farm`).
     #[arg(long, value_enum, default_value = "global")]
     pub level: LevelArg,
+}
+
+/// Default p when only -n is given.
+pub const DEFAULT_FALSE_POSITIVE_RATE: f64 = 0.01;
+
+impl CreateArgs {
+    /// The sizing fields of the request, checked in the flags' terms: -n
+    /// (with -p, default 0.01), or all of --hash-functions, --shards and
+    /// --bits-per-shard.
+    pub fn sizing(&self) -> anyhow::Result<(u64, f64, u32, u32, u32)> {
+        let geometry = [
+            ("--hash-functions", self.hash_functions),
+            ("--shards", self.shards),
+            ("--bits-per-shard", self.bits_per_shard),
+        ];
+        let given: Vec<&str> = geometry.iter().filter(|(_, v)| v.is_some()).map(|(f, _)| *f).collect();
+        let missing: Vec<&str> = geometry.iter().filter(|(_, v)| v.is_none()).map(|(f, _)| *f).collect();
+        let by_np = self.expected_insertions.is_some() || self.false_positive_rate.is_some();
+        if by_np && !given.is_empty() {
+            anyhow::bail!(
+                "size the deduper either with -n (and -p) or with --hash-functions, --shards and --bits-per-shard,                  not both (got -n/-p and {})",
+                given.join(", ")
+            );
+        }
+        if by_np {
+            let Some(n) = self.expected_insertions else {
+                anyhow::bail!(
+                    "-p needs -n: give the number of distinct entities expected within one --expiry-seconds \
+                     window, e.g. -n 1000000 -p 0.01"
+                );
+            };
+            anyhow::ensure!(
+                n >= 1,
+                "-n must be at least 1 (distinct entities expected per expiry window)"
+            );
+            let p = self.false_positive_rate.unwrap_or(DEFAULT_FALSE_POSITIVE_RATE);
+            anyhow::ensure!(
+                p > 0.0 && p < 1.0,
+                "-p must be a fraction strictly between 0 and 1 (e.g. 0.01 for 1%), got {p}"
+            );
+            return Ok((n, p, 0, 0, 0));
+        }
+        match (self.hash_functions, self.shards, self.bits_per_shard) {
+            (Some(k), Some(s), Some(b)) => Ok((0, 0.0, k, s, b)),
+            (None, None, None) => anyhow::bail!(
+                "say how big the deduper is: -n <distinct entities per expiry window> (and -p <false-positive \
+                 rate>, default 0.01), e.g. -n 1000000 -p 0.01; or all of --hash-functions, --shards and \
+                 --bits-per-shard"
+            ),
+            _ => anyhow::bail!(
+                "explicit geometry needs all of --hash-functions, --shards and --bits-per-shard: {} missing \
+                 (or size it with -n and -p instead)",
+                missing.join(", ")
+            ),
+        }
+    }
 }
 
 /// A connection that adds the target's bearer token to every call.
@@ -58,11 +120,18 @@ impl Interceptor for BearerToken {
     }
 }
 
+/// How long a client command waits for the TCP (and TLS) connection.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Connects to the server named by `target` (TLS when `--ca-cert` is given).
+/// Errors say what went wrong in terms of the flags (`--addr`, `--ca-cert`,
+/// ...) and what to do next.
 pub async fn connect(target: &Target) -> anyhow::Result<Conn> {
     let tls = target.ca_cert.is_some();
-    let url = endpoint_url(&target.addr, tls);
-    let mut endpoint = Channel::from_shared(url.clone()).with_context(|| format!("bad server address {url:?}"))?;
+    let url = endpoint_url(&target.addr, tls)?;
+    let mut endpoint = Channel::from_shared(url.clone())
+        .map_err(|e| anyhow::anyhow!("--addr {:?} (or SOLUS_ADDR) is not a server address: {e}", target.addr))?
+        .connect_timeout(CONNECT_TIMEOUT);
     if let Some(ca) = &target.ca_cert {
         let pem = std::fs::read(ca).with_context(|| format!("reading --ca-cert {}", ca.display()))?;
         let mut config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem));
@@ -70,24 +139,38 @@ pub async fn connect(target: &Target) -> anyhow::Result<Conn> {
             config = config.domain_name(domain.clone());
         }
         if let (Some(cert), Some(key)) = (&target.client_cert, &target.client_key) {
-            let read = |p: &std::path::PathBuf| std::fs::read(p).with_context(|| format!("reading {}", p.display()));
-            config = config.identity(Identity::from_pem(read(cert)?, read(key)?));
+            let read = |flag: &str, p: &std::path::PathBuf| {
+                std::fs::read(p).with_context(|| format!("reading {flag} {}", p.display()))
+            };
+            config = config.identity(Identity::from_pem(
+                read("--client-cert", cert)?,
+                read("--client-key", key)?,
+            ));
         }
-        endpoint = endpoint.tls_config(config).context("TLS settings")?;
+        endpoint = endpoint
+            .tls_config(config)
+            .context("--ca-cert, --client-cert, --client-key: TLS settings refused")?;
     }
-    let channel = endpoint
-        .connect()
-        .await
-        .with_context(|| format!("connecting to {url}"))?;
+    let channel = endpoint.connect().await.map_err(|e| connect_error(target, &url, &e))?;
     let token = match &target.token {
         Some(t) => Some(
             format!("Bearer {t}")
                 .parse()
-                .context("the token must be printable ASCII")?,
+                .context("--token (or SOLUS_TOKEN) must be printable ASCII")?,
         ),
         None => None,
     };
     Ok(InterceptedService::new(channel, BearerToken(token)))
+}
+
+/// Checks `--client` and the deduper's flag before a call, so a bad id is
+/// reported in the flag's name.
+fn check_ids(client: &str, deduper: Option<(&'static str, &str)>) -> anyhow::Result<()> {
+    crate::deduper::validate_name("--client", client)?;
+    if let Some((flag, name)) = deduper {
+        crate::deduper::validate_name(flag, name)?;
+    }
+    Ok(())
 }
 
 fn print_deduper(d: &pb::Deduper) {
@@ -104,43 +187,52 @@ fn print_deduper(d: &pb::Deduper) {
     println!("{json}");
 }
 
-fn status_error(s: tonic::Status) -> anyhow::Error {
-    anyhow::anyhow!("{:?}: {}", s.code(), s.message())
-}
-
 pub async fn deduper(command: DeduperCommand) -> anyhow::Result<()> {
     match command {
         DeduperCommand::Create(a) => {
+            check_ids(&a.client, Some(("--name", &a.name)))?;
+            let (expected_insertions, false_positive_rate, hash_functions, shards, bits_per_shard) = a.sizing()?;
             let mut c = DeduperAdminServiceClient::new(connect(&a.target).await?);
+            let call = Call {
+                target: &a.target,
+                client: &a.client,
+                deduper: Some(&a.name),
+            };
             let level = match a.level {
                 LevelArg::Global => pb::Level::Global,
                 LevelArg::Dc => pb::Level::Dc,
             };
             let d = c
                 .create_deduper(pb::CreateDeduperRequest {
-                    client_id: a.client,
-                    name: a.name,
-                    expected_insertions: a.expected_insertions.unwrap_or(0),
-                    false_positive_rate: a.false_positive_rate.unwrap_or(0.0),
-                    hash_functions: a.hash_functions.unwrap_or(0),
-                    shards: a.shards.unwrap_or(0),
-                    bits_per_shard: a.bits_per_shard.unwrap_or(0),
+                    client_id: a.client.clone(),
+                    name: a.name.clone(),
+                    expected_insertions,
+                    false_positive_rate,
+                    hash_functions,
+                    shards,
+                    bits_per_shard,
                     expiry_seconds: a.expiry_seconds,
                     level: level as i32,
                 })
                 .await
-                .map_err(status_error)?;
+                .map_err(|s| call_error(s, call))?;
             print_deduper(d.get_ref());
         }
         DeduperCommand::Get { target, client, name } => {
+            check_ids(&client, Some(("--name", &name)))?;
             let mut c = DeduperAdminServiceClient::new(connect(&target).await?);
+            let call = Call {
+                target: &target,
+                client: &client,
+                deduper: Some(&name),
+            };
             let d = c
                 .get_deduper(pb::GetDeduperRequest {
-                    client_id: client,
-                    name,
+                    client_id: client.clone(),
+                    name: name.clone(),
                 })
                 .await
-                .map_err(status_error)?;
+                .map_err(|s| call_error(s, call))?;
             print_deduper(d.get_ref());
         }
         DeduperCommand::List {
@@ -148,14 +240,20 @@ pub async fn deduper(command: DeduperCommand) -> anyhow::Result<()> {
             client,
             active_only,
         } => {
+            check_ids(&client, None)?;
             let mut c = DeduperAdminServiceClient::new(connect(&target).await?);
+            let call = Call {
+                target: &target,
+                client: &client,
+                deduper: None,
+            };
             let r = c
                 .list_dedupers(pb::ListDedupersRequest {
-                    client_id: client,
+                    client_id: client.clone(),
                     active_only,
                 })
                 .await
-                .map_err(status_error)?;
+                .map_err(|s| call_error(s, call))?;
             r.get_ref().dedupers.iter().for_each(print_deduper);
         }
         DeduperCommand::Update {
@@ -165,16 +263,26 @@ pub async fn deduper(command: DeduperCommand) -> anyhow::Result<()> {
             active,
             expiry_seconds,
         } => {
+            check_ids(&client, Some(("--name", &name)))?;
+            anyhow::ensure!(
+                active.is_some() || expiry_seconds.is_some(),
+                "nothing to change: give --active true|false and/or --expiry-seconds <seconds>"
+            );
             let mut c = DeduperAdminServiceClient::new(connect(&target).await?);
+            let call = Call {
+                target: &target,
+                client: &client,
+                deduper: Some(&name),
+            };
             let d = c
                 .update_deduper(pb::UpdateDeduperRequest {
-                    client_id: client,
-                    name,
+                    client_id: client.clone(),
+                    name: name.clone(),
                     active,
                     expiry_seconds,
                 })
                 .await
-                .map_err(status_error)?;
+                .map_err(|s| call_error(s, call))?;
             print_deduper(d.get_ref());
         }
     }
@@ -226,10 +334,21 @@ fn batches(a: &DataArgs) -> anyhow::Result<Vec<Vec<Shown>>> {
     Ok(items.chunks(a.batch.max(1)).map(|c| c.to_vec()).collect())
 }
 
+/// What a data command's calls are about.
+fn data_call(a: &DataArgs) -> Call<'_> {
+    Call {
+        target: &a.target,
+        client: &a.client,
+        deduper: Some(&a.deduper),
+    }
+}
+
 pub async fn add(a: DataArgs) -> anyhow::Result<()> {
+    check_ids(&a.client, Some(("--deduper", &a.deduper)))?;
     let mut c = DeduperServiceClient::new(connect(&a.target).await?);
+    let batches = batches(&a)?;
     let mut total = 0u64;
-    for batch in batches(&a)? {
+    for batch in batches {
         let r = c
             .add(pb::AddRequest {
                 request_id: None,
@@ -239,7 +358,7 @@ pub async fn add(a: DataArgs) -> anyhow::Result<()> {
                 ttl_ms: a.ttl_ms,
             })
             .await
-            .map_err(status_error)?;
+            .map_err(|s| call_error(s, data_call(&a)))?;
         total += u64::from(r.get_ref().added);
     }
     println!("added {total}");
@@ -248,8 +367,10 @@ pub async fn add(a: DataArgs) -> anyhow::Result<()> {
 
 /// `check` and `add-if-absent`: prints `absent <entity>` or `present <entity>`.
 pub async fn check(a: DataArgs, add: bool) -> anyhow::Result<()> {
+    check_ids(&a.client, Some(("--deduper", &a.deduper)))?;
     let mut c = DeduperServiceClient::new(connect(&a.target).await?);
-    for batch in batches(&a)? {
+    let batches = batches(&a)?;
+    for batch in batches {
         let entities = batch.iter().map(|(_, b)| b.clone().into()).collect();
         let absent = if add {
             let req = pb::AddIfAbsentRequest {
@@ -259,14 +380,22 @@ pub async fn check(a: DataArgs, add: bool) -> anyhow::Result<()> {
                 entities,
                 ttl_ms: a.ttl_ms,
             };
-            c.add_if_absent(req).await.map_err(status_error)?.into_inner().absent
+            c.add_if_absent(req)
+                .await
+                .map_err(|s| call_error(s, data_call(&a)))?
+                .into_inner()
+                .absent
         } else {
             let req = pb::CheckAbsenceRequest {
                 client_id: a.client.clone(),
                 deduper: a.deduper.clone(),
                 entities,
             };
-            c.check_absence(req).await.map_err(status_error)?.into_inner().absent
+            c.check_absence(req)
+                .await
+                .map_err(|s| call_error(s, data_call(&a)))?
+                .into_inner()
+                .absent
         };
         for ((shown, _), absent) in batch.iter().zip(absent) {
             println!("{} {shown}", if absent { "absent" } else { "present" });

@@ -4,6 +4,7 @@
 pub mod bench;
 mod client;
 mod explain;
+pub mod hints;
 mod replay;
 
 use std::path::PathBuf;
@@ -22,7 +23,7 @@ pub struct Cli {
 pub enum Command {
     /// Run the server (settings: defaults < --config FILE < SOLUS__* env).
     Serve {
-        /// TOML settings file.
+        /// TOML settings file (every key: deploy/solus.toml); SOLUS__<SECTION>__<KEY> variables override it.
         #[arg(long, short)]
         config: Option<PathBuf>,
     },
@@ -49,7 +50,7 @@ pub enum Command {
 /// Where the server is, and how to reach it.
 #[derive(Debug, Args, Clone)]
 pub struct Target {
-    /// Server address, `host:port` or `http://host:port`.
+    /// Server gRPC address: `host:port` (port 50051 when omitted) or `http(s)://host:port`.
     #[arg(long, default_value = "127.0.0.1:50051", env = "SOLUS_ADDR")]
     pub addr: String,
     /// Bearer token sent as `authorization: Bearer <token>` (servers with auth.enabled).
@@ -64,7 +65,7 @@ pub struct Target {
     /// Private key (PEM) of --client-cert.
     #[arg(long, env = "SOLUS_CLIENT_KEY", requires = "client_cert")]
     pub client_key: Option<PathBuf>,
-    /// Server name to verify in its certificate (default: the host of --addr).
+    /// Server name (DNS name) to verify in its certificate [default: the host of --addr].
     #[arg(long)]
     pub tls_domain: Option<String>,
 }
@@ -91,8 +92,10 @@ pub enum DeduperCommand {
     Get {
         #[command(flatten)]
         target: Target,
+        /// Client id that owns the deduper.
         #[arg(long)]
         client: String,
+        /// Name of the deduper.
         #[arg(long)]
         name: String,
     },
@@ -100,6 +103,7 @@ pub enum DeduperCommand {
     List {
         #[command(flatten)]
         target: Target,
+        /// Client id whose dedupers to list.
         #[arg(long)]
         client: String,
         /// Only active dedupers.
@@ -110,13 +114,16 @@ pub enum DeduperCommand {
     Update {
         #[command(flatten)]
         target: Target,
+        /// Client id that owns the deduper.
         #[arg(long)]
         client: String,
+        /// Name of the deduper.
         #[arg(long)]
         name: String,
+        /// `true` to serve data calls again, `false` to refuse them (FAILED_PRECONDITION); bits are kept.
         #[arg(long)]
         active: Option<bool>,
-        /// New maximum/default TTL, in seconds.
+        /// New longest and default TTL of an entity, in seconds.
         #[arg(long)]
         expiry_seconds: Option<u64>,
     },
@@ -126,17 +133,19 @@ pub enum DeduperCommand {
 pub struct DataArgs {
     #[command(flatten)]
     pub target: Target,
+    /// Client id that owns the deduper.
     #[arg(long)]
     pub client: String,
+    /// Name of the deduper.
     #[arg(long)]
     pub deduper: String,
-    /// TTL in ms for add commands (0 = the deduper's expiry).
+    /// How long added entities are remembered, in milliseconds (0 = the deduper's --expiry-seconds).
     #[arg(long, default_value_t = 0)]
     pub ttl_ms: u64,
     /// Entities are hex-encoded bytes.
     #[arg(long)]
     pub hex: bool,
-    /// Entities per request when reading stdin.
+    /// Entities per request (a count).
     #[arg(long, default_value_t = 1000)]
     pub batch: usize,
     /// Entities; read from stdin, one per line, when none are given.
@@ -173,14 +182,4 @@ pub fn decode_hex(s: &str) -> anyhow::Result<Vec<u8>> {
         .step_by(2)
         .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|_| anyhow::anyhow!("{s:?} is not hex")))
         .collect()
-}
-
-/// `host:port` or a URL, as a tonic endpoint URL (`https` when `tls`).
-pub fn endpoint_url(addr: &str, tls: bool) -> String {
-    match (addr.split_once("://"), tls) {
-        (Some((_, rest)), true) => format!("https://{rest}"),
-        (Some(_), false) => addr.to_string(),
-        (None, true) => format!("https://{addr}"),
-        (None, false) => format!("http://{addr}"),
-    }
 }
