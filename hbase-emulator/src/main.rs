@@ -124,12 +124,19 @@ fn main() -> ExitCode {
             if stats.compacted { ", log compacted" } else { "" }
         );
     }
+    let transport = match args.transport {
+        Transport::Buffered => "buffered",
+        Transport::Framed => "framed",
+    };
+    let protocol = match args.protocol {
+        Protocol::Binary => "binary",
+        Protocol::Compact => "compact",
+    };
     println!(
-        "hbase-emulator listening on {} ({:?} transport, {:?} protocol, latency {:?})",
+        "hbase-emulator listening on {} ({transport} transport, {protocol} protocol, latency {} ms); Solus needs \
+         storage.hbase.transport = \"{transport}\" and storage.hbase.protocol = \"{protocol}\"",
         emulator.addr(),
-        args.transport,
-        args.protocol,
-        args.latency
+        args.latency.as_millis()
     );
     // The accept loop runs on its own thread; keep the handle alive forever.
     loop {

@@ -294,7 +294,9 @@ fn replay(
 ) -> io::Result<u64> {
     let mut pos = HEADER_LEN;
     let mut payload = Vec::new();
+    let mut progress = Progress::new(path, file_len);
     loop {
+        progress.at(pos, stats.frames);
         if file_len - pos < FRAME_HEADER_LEN {
             // Nothing left, or a frame header torn mid-write.
             return Ok(pos);
@@ -323,6 +325,57 @@ fn replay(
         }
         stats.frames += 1;
         pos = end;
+    }
+}
+
+/// Progress of a long replay on stderr: silent for the first second (small
+/// logs), then one line every two seconds, and one at the end.
+struct Progress<'a> {
+    path: &'a Path,
+    file_len: u64,
+    start: std::time::Instant,
+    next: std::time::Duration,
+    shown: bool,
+}
+
+impl<'a> Progress<'a> {
+    fn new(path: &'a Path, file_len: u64) -> Self {
+        Progress {
+            path,
+            file_len,
+            start: std::time::Instant::now(),
+            next: std::time::Duration::from_secs(1),
+            shown: false,
+        }
+    }
+
+    fn at(&mut self, pos: u64, frames: u64) {
+        // The clock is read once every 1,024 frames: replay stays cheap.
+        if frames % 1024 != 0 || self.start.elapsed() < self.next {
+            return;
+        }
+        self.next += std::time::Duration::from_secs(2);
+        self.shown = true;
+        eprintln!(
+            "hbase-emulator: replaying {}: {} of {} MiB ({:.0}%), {frames} records, {:.0} s",
+            self.path.display(),
+            pos >> 20,
+            self.file_len >> 20,
+            100.0 * pos as f64 / self.file_len.max(1) as f64,
+            self.start.elapsed().as_secs_f64()
+        );
+    }
+}
+
+impl Drop for Progress<'_> {
+    fn drop(&mut self) {
+        if self.shown {
+            eprintln!(
+                "hbase-emulator: replayed {} in {:.1} s",
+                self.path.display(),
+                self.start.elapsed().as_secs_f64()
+            );
+        }
     }
 }
 

@@ -8,20 +8,25 @@ use crate::contract::{MAX_BITS_PER_SHARD, MAX_HASH_FUNCTIONS, hashing, layout};
 
 #[derive(Debug, Args)]
 pub struct ExplainArgs {
+    /// The deduper's number of shards (`solus deduper get` shows it).
     #[arg(long)]
     pub shards: u32,
-    /// k.
+    /// k: bits set per entity (the deduper's hash_functions).
     #[arg(long)]
     pub hash_functions: u32,
+    /// Bits in each shard (the deduper's bits_per_shard).
     #[arg(long)]
     pub bits_per_shard: u32,
+    /// Client id that owns the deduper (part of the row key).
     #[arg(long)]
     pub client: String,
+    /// Name of the deduper (part of the row key).
     #[arg(long)]
     pub deduper: String,
     /// ENTITY is hex-encoded bytes.
     #[arg(long)]
     pub hex: bool,
+    /// The entity to place (text, or hex bytes with --hex).
     pub entity: String,
 }
 

@@ -183,3 +183,53 @@ pub fn decode_hex(s: &str) -> anyhow::Result<Vec<u8>> {
         .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|_| anyhow::anyhow!("{s:?} is not hex")))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// Every argument of every subcommand, as `solus sub ... --flag`, with its help text.
+    fn arguments(cmd: &clap::Command, path: &str, out: &mut Vec<(String, String, String)>) {
+        for arg in cmd.get_arguments() {
+            if arg.is_hide_set() || matches!(arg.get_id().as_str(), "help" | "version") {
+                continue;
+            }
+            let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+            out.push((path.to_string(), arg.get_id().to_string(), help));
+        }
+        for sub in cmd.get_subcommands() {
+            if sub.get_name() != "help" {
+                arguments(sub, &format!("{path} {}", sub.get_name()), out);
+            }
+        }
+    }
+
+    /// No flag or positional argument without help, and every time or
+    /// duration says its unit.
+    #[test]
+    fn every_argument_has_help_with_its_unit() {
+        let mut all = Vec::new();
+        arguments(&Cli::command(), "solus", &mut all);
+        assert!(all.len() > 50, "walked only {} arguments", all.len());
+        let mut missing = Vec::new();
+        for (path, id, help) in &all {
+            if help.trim().is_empty() {
+                missing.push(format!("{path} {id}: no help"));
+                continue;
+            }
+            let timed = ["duration", "_ms", "seconds", "ttl", "timeout", "interval"]
+                .iter()
+                .any(|w| id.contains(w));
+            let lower = help.to_lowercase();
+            let unit = ["second", "millisecond", " ms", "(ms", "ms)"]
+                .iter()
+                .any(|u| lower.contains(u));
+            if timed && !unit {
+                missing.push(format!("{path} {id}: a time without its unit: {help:?}"));
+            }
+        }
+        assert!(missing.is_empty(), "arguments without help:\n{}", missing.join("\n"));
+    }
+}

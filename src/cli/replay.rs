@@ -18,6 +18,7 @@ use tonic::Code;
 
 use super::Target;
 use super::client::connect;
+use super::hints::{Call, call_error};
 use crate::api::pb;
 use crate::api::pb::deduper_admin_service_client::DeduperAdminServiceClient;
 use crate::api::pb::deduper_service_client::DeduperServiceClient;
@@ -29,26 +30,28 @@ pub struct ReplayArgs {
     /// Key file: `<key>\t<weight>` lines (a header line is skipped), or one key per line (uniform).
     #[arg(long)]
     pub input: PathBuf,
-    /// Events to send.
+    /// Events to send (a count).
     #[arg(long, default_value_t = 500_000)]
     pub events: u64,
     /// Seed of the event sampler: the same seed replays the same stream.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Client id of the deduper replayed into.
     #[arg(long, default_value = "replay")]
     pub client: String,
+    /// Deduper replayed into; created when missing, reused otherwise.
     #[arg(long, default_value = "replay")]
     pub deduper: String,
-    /// n used when the deduper has to be created.
+    /// n used when the deduper has to be created (distinct entities per expiry window).
     #[arg(long, default_value_t = 1_000_000)]
     pub expected_insertions: u64,
-    /// p used when the deduper has to be created.
+    /// p used when the deduper has to be created (a fraction in (0, 1)).
     #[arg(long, default_value_t = 0.01)]
     pub false_positive_rate: f64,
     /// Expiry (and TTL of every add) in seconds, when the deduper has to be created.
     #[arg(long, default_value_t = 86_400)]
     pub expiry_seconds: u64,
-    /// Entities per AddIfAbsent request.
+    /// Entities per AddIfAbsent request (a count).
     #[arg(long, default_value_t = 1000)]
     pub batch: usize,
     /// Prefix of every entity; default `run-<unix ms>/`, so that a reused
@@ -90,6 +93,7 @@ fn load_keys(path: &PathBuf) -> anyhow::Result<(Vec<String>, Vec<u64>)> {
 
 /// Creates the deduper, or reuses it when it already exists. Returns its `p`, if known.
 async fn ensure_deduper(a: &ReplayArgs) -> anyhow::Result<Option<f64>> {
+    let call = replay_call(a);
     let mut admin = DeduperAdminServiceClient::new(connect(&a.target).await?);
     let req = pb::CreateDeduperRequest {
         client_id: a.client.clone(),
@@ -107,20 +111,30 @@ async fn ensure_deduper(a: &ReplayArgs) -> anyhow::Result<Option<f64>> {
                 client_id: a.client.clone(),
                 name: a.deduper.clone(),
             };
-            let d = admin
-                .get_deduper(get)
-                .await
-                .map_err(|s| anyhow::anyhow!("{:?}: {}", s.code(), s.message()))?;
+            let d = admin.get_deduper(get).await.map_err(|s| call_error(s, call))?;
             eprintln!("reusing existing deduper {}/{}", a.client, a.deduper);
             d.into_inner()
         }
-        Err(s) => anyhow::bail!("creating the deduper: {:?}: {}", s.code(), s.message()),
+        Err(s) => return Err(call_error(s, call).context("creating the deduper")),
+    };
+    let sized = match (d.expected_insertions, d.false_positive_rate) {
+        (Some(n), Some(p)) => format!(", sized for n={n} p={p}"),
+        _ => String::new(),
     };
     eprintln!(
-        "deduper {}/{}: k={} shards={} bits_per_shard={} n={:?} p={:?}",
-        d.client_id, d.name, d.hash_functions, d.shards, d.bits_per_shard, d.expected_insertions, d.false_positive_rate
+        "deduper {}/{}: k={} shards={} bits_per_shard={}{sized}",
+        d.client_id, d.name, d.hash_functions, d.shards, d.bits_per_shard
     );
     Ok(d.false_positive_rate)
+}
+
+/// What replay's calls are about, for their errors.
+fn replay_call(a: &ReplayArgs) -> Call<'_> {
+    Call {
+        target: &a.target,
+        client: &a.client,
+        deduper: Some(&a.deduper),
+    }
 }
 
 pub async fn run(a: ReplayArgs) -> anyhow::Result<()> {
@@ -163,7 +177,7 @@ pub async fn run(a: ReplayArgs) -> anyhow::Result<()> {
         let absent = client
             .add_if_absent(req)
             .await
-            .map_err(|s| anyhow::anyhow!("AddIfAbsent after {sent} events: {:?}: {}", s.code(), s.message()))?
+            .map_err(|s| call_error(s, replay_call(&a)).context(format!("AddIfAbsent after {sent} events")))?
             .into_inner()
             .absent;
         anyhow::ensure!(

@@ -22,20 +22,22 @@ pub struct CompareArgs {
     /// The Redis server binary (Debian package `redis-server`).
     #[arg(long, default_value = "redis-server")]
     pub redis_server: PathBuf,
+    /// Entities per request (a count).
     #[arg(long, default_value_t = 1000)]
     pub batch: usize,
+    /// Requests in flight at once (one per worker; a count).
     #[arg(long, default_value_t = 8)]
     pub concurrency: usize,
     /// Seconds per throughput measurement.
     #[arg(long, default_value_t = 10.0)]
     pub duration: f64,
-    /// Distinct keys loaded into each system (the remembered entities).
+    /// Distinct keys loaded into each system (the remembered entities; a count).
     #[arg(long, default_value_t = 1_000_000)]
     pub key_space: usize,
     /// Key file (e.g. ../shared/data/pypi-names.txt); generated keys otherwise.
     #[arg(long)]
     pub input: Option<PathBuf>,
-    /// p of the Solus deduper (n = --key-space).
+    /// p of the Solus deduper, a fraction in (0, 1) (n = --key-space).
     #[arg(long, default_value_t = 0.01)]
     pub false_positive_rate: f64,
     /// Also write the results as a Markdown table to this file.
@@ -200,10 +202,10 @@ pub async fn run_compare(a: CompareArgs) -> anyhow::Result<()> {
     let mut rows: Vec<(String, Report, Report)> = Vec::new();
     rows.push(("load (Add, each key once)".into(), solus_load, redis_load));
     for op in [Op::Check, Op::AddIfAbsent, Op::Add] {
-        eprintln!("measuring {op:?} for {} s on each system...", a.duration);
+        eprintln!("measuring {} for {} s on each system...", op.name(), a.duration);
         let s = driver::run(&args(false, op)).await?;
         let r = driver::run(&args(true, op)).await?;
-        rows.push((format!("{op:?}"), s, r));
+        rows.push((op.label().to_string(), s, r));
     }
     // Latency at half of peak throughput.
     let peak = rows[1].1.requests_per_second;

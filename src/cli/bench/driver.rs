@@ -47,8 +47,10 @@ impl Report {
     pub fn print(&self) {
         println!("system        {}", self.system);
         println!(
-            "op            {:?} (batch {}, concurrency {})",
-            self.op, self.batch, self.concurrency
+            "op            {} (batch {}, concurrency {})",
+            self.op.name(),
+            self.batch,
+            self.concurrency
         );
         println!(
             "requests      {} in {:.1} s = {:.0} requests/s",
@@ -65,7 +67,8 @@ impl Report {
         if self.errors.is_empty() {
             println!("errors        none");
         } else {
-            println!("errors        {:?}", self.errors);
+            let shown: Vec<String> = self.errors.iter().map(|(code, n)| format!("{code} {n}")).collect();
+            println!("errors        {}", shown.join(", "));
         }
     }
 }

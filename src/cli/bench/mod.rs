@@ -34,6 +34,28 @@ pub enum Op {
     Mix,
 }
 
+impl Op {
+    /// The name of `--op`, e.g. `add-if-absent`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Add => "add",
+            Op::Check => "check",
+            Op::AddIfAbsent => "add-if-absent",
+            Op::Mix => "mix",
+        }
+    }
+
+    /// The row label in `solus compare`'s table (`Check`, `AddIfAbsent`, ...).
+    pub fn label(self) -> &'static str {
+        match self {
+            Op::Add => "Add",
+            Op::Check => "Check",
+            Op::AddIfAbsent => "AddIfAbsent",
+            Op::Mix => "Mix",
+        }
+    }
+}
+
 #[derive(Debug, Args, Clone)]
 pub struct BenchArgs {
     #[command(flatten)]
@@ -41,24 +63,25 @@ pub struct BenchArgs {
     /// Benchmark a Redis server at this URL (e.g. `redis://127.0.0.1:6379`) instead of Solus.
     #[arg(long)]
     pub redis: Option<String>,
+    /// What each request does.
     #[arg(long, value_enum, default_value = "add-if-absent")]
     pub op: Op,
-    /// Entities per request.
+    /// Entities per request (a count).
     #[arg(long, default_value_t = 1000)]
     pub batch: usize,
-    /// Requests in flight (one per worker).
+    /// Requests in flight at once (one per worker; a count).
     #[arg(long, default_value_t = 8)]
     pub concurrency: usize,
     /// Run time in seconds (ignored with --requests or --sequential).
     #[arg(long, default_value_t = 10.0)]
     pub duration: f64,
-    /// Stop after this many requests in total.
+    /// Stop after this many requests in total (a count).
     #[arg(long)]
     pub requests: Option<u64>,
     /// Pace to this many requests/s in total (default: as fast as possible).
     #[arg(long)]
     pub rate: Option<f64>,
-    /// Distinct keys to draw from (generated `key-<i>`, or the first N of --input).
+    /// Distinct keys to draw from, a count (generated `key-<i>`, or the first N of --input).
     #[arg(long, default_value_t = 1_000_000)]
     pub key_space: usize,
     /// Send every key of the key space exactly once, in order, then stop (a load phase).
@@ -73,11 +96,13 @@ pub struct BenchArgs {
     /// Key file: one key per line (a `<key>\t...` line uses the key).
     #[arg(long)]
     pub input: Option<PathBuf>,
+    /// Client id of the deduper benchmarked.
     #[arg(long, default_value = "bench")]
     pub client: String,
+    /// Deduper benchmarked; created when missing (n = --key-space, p = --false-positive-rate).
     #[arg(long, default_value = "bench")]
     pub deduper: String,
-    /// p of the deduper created when missing (n = --key-space).
+    /// p of the deduper created when missing, a fraction in (0, 1) (n = --key-space).
     #[arg(long, default_value_t = 0.01)]
     pub false_positive_rate: f64,
     /// Print the summary as one JSON object on stdout.

@@ -44,11 +44,16 @@ impl System {
         {
             Ok(_) => {}
             Err(s) if s.code() == Code::AlreadyExists => {}
-            Err(s) => anyhow::bail!(
-                "creating deduper {client_id}/{deduper}: {:?}: {}",
-                s.code(),
-                s.message()
-            ),
+            Err(s) => {
+                let call = crate::cli::hints::Call {
+                    target: addr,
+                    client: client_id,
+                    deduper: Some(deduper),
+                };
+                return Err(
+                    crate::cli::hints::call_error(s, call).context(format!("creating deduper {client_id}/{deduper}"))
+                );
+            }
         }
         let client = DeduperServiceClient::new(channel)
             .max_decoding_message_size(64 << 20)
@@ -108,7 +113,7 @@ impl System {
                         .await
                         .map(drop),
                 };
-                r.map_err(|s| format!("{:?}", s.code()))
+                r.map_err(|s| crate::api::code_name(s.code()).to_string())
             }
             System::Redis(conn) => {
                 let mut pipe = redis::pipe();
@@ -125,7 +130,11 @@ impl System {
                     };
                 }
                 let r: redis::RedisResult<Vec<redis::Value>> = pipe.query_async(conn).await;
-                r.map(drop).map_err(|e| format!("redis {:?}", e.kind()))
+                r.map(drop).map_err(|e| match e.code() {
+                    Some(code) => format!("redis {code}"),
+                    None if e.is_io_error() => "redis connection".to_string(),
+                    None => "redis error".to_string(),
+                })
             }
         }
     }
