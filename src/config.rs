@@ -660,6 +660,113 @@ mod tests {
     }
 
     #[test]
+    fn settings_errors_name_the_key_where_it_was_set_and_what_is_allowed() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("s.toml");
+        let shown = file.display().to_string();
+        let load = |text: &str, env: &[(&str, &str)]| {
+            std::fs::write(&file, text).unwrap();
+            let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            Settings::load_with_env(Some(&file), Some(env)).unwrap_err().to_string()
+        };
+        let e = load("[storage]\nbackend = \"hbse\"\n", &[]);
+        assert!(
+            e.contains("storage.backend") && e.contains("\"embedded\" or \"hbase\"") && e.contains(&shown),
+            "{e}"
+        );
+        let e = load("", &[("SOLUS__STORAGE__BACKEND", "hbse")]);
+        assert!(e.contains("SOLUS__STORAGE__BACKEND") && e.contains("\"hbase\""), "{e}");
+        let e = load("[storage.hbase]\ntransport = \"frame\"\n", &[]);
+        assert!(e.contains("\"buffered\" or \"framed\""), "{e}");
+        let e = load("[server]\nlisten_addr = \"x\"\n", &[]);
+        assert!(
+            e.contains("unknown setting server.listen_addr") && e.contains(&shown) && e.contains("listen,"),
+            "{e}"
+        );
+        let e = load("", &[("SOLUS__SERVER__LISTN", "x")]);
+        assert!(e.contains("SOLUS__SERVER__LISTN") && !e.contains(&shown), "{e}");
+        let e = load("", &[("SOLUS__SERVER_LISTEN", "x")]);
+        assert!(
+            e.contains("did you mean server.listen") && e.contains("SOLUS__SERVER__LISTEN"),
+            "{e}"
+        );
+        let e = load("", &[("SOLUS__SERVER__LISTEN", "localhost")]);
+        assert!(e.contains("server.listen") && e.contains("host:port"), "{e}");
+        let e = load("[limits]\nmax_shards = \"many\"\n", &[]);
+        assert!(e.contains("limits.max_shards") && e.contains(&shown), "{e}");
+        let missing = dir.path().join("nope.toml");
+        let e = Settings::load(Some(&missing)).unwrap_err().to_string();
+        assert!(
+            e.contains("nope.toml") && e.contains("--config") && e.contains("does not exist"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn single_underscore_variables_are_named_with_their_double_underscore_form() {
+        let vars = [
+            ("SOLUS_SERVER_LISTEN", "0.0.0.0:1"),
+            ("SOLUS_STORAGE_EMBEDDED_PATH", "/d"),
+            ("SOLUS_ADDR", "x:1"),
+            ("SOLUS__SERVER__LISTEN", "127.0.0.1:1"),
+            ("SOLUS_WHATEVER", "1"),
+            ("PATH", "/bin"),
+        ];
+        let w = environment_warnings(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        assert_eq!(w.len(), 3, "{w:#?}");
+        assert!(
+            w.iter()
+                .any(|w| w.contains("SOLUS_SERVER_LISTEN") && w.contains("SOLUS__SERVER__LISTEN"))
+        );
+        assert!(w.iter().any(|w| w.contains("SOLUS__STORAGE__EMBEDDED__PATH")));
+        assert!(
+            w.iter()
+                .any(|w| w.contains("SOLUS_WHATEVER") && w.contains("SOLUS_ADDR"))
+        );
+    }
+
+    #[test]
+    fn hbase_requests_above_the_framed_limit_are_warned_about() {
+        let mut s = Settings::default();
+        s.storage.backend = Backend::Hbase;
+        s.storage.hbase.max_request_bytes = 4 << 20;
+        assert!(s.warnings().is_empty(), "buffered transport has no frame limit");
+        s.storage.hbase.transport = crate::storage::hbase::Transport::Framed;
+        let w = s.warnings();
+        assert!(
+            w.len() == 1 && w[0].contains("storage.hbase.max_request_bytes") && w[0].contains("2097152"),
+            "{w:?}"
+        );
+        s.storage.hbase.max_request_bytes = 2 << 20;
+        assert!(s.warnings().is_empty());
+    }
+
+    #[test]
+    fn every_key_of_the_example_file_is_known_and_every_known_key_exists() {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/solus.toml")).unwrap();
+        let mut section = String::new();
+        for line in text.lines().map(|l| l.trim().trim_start_matches("# ")) {
+            if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+                section = format!("{name}.");
+            } else if let Some((key, _)) = line.split_once(" = ")
+                && !key.contains(' ')
+            {
+                let key = format!("{section}{key}");
+                assert!(
+                    KEYS.contains(&key.as_str()),
+                    "{key} of deploy/solus.toml is missing from KEYS"
+                );
+            }
+        }
+        for key in KEYS {
+            let e = Settings::load_with_env(None, Some([(env_name(key), "#bad#".to_string())].into()));
+            if let Err(e) = e {
+                assert!(!e.to_string().contains("unknown setting"), "{key}: {e}");
+            }
+        }
+    }
+
+    #[test]
     fn unknown_keys_and_bad_values_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("s.toml");

@@ -74,6 +74,11 @@ impl SolusProcess {
         p
     }
 
+    /// The embedded store's data directory.
+    pub fn data_dir(&self) -> std::path::PathBuf {
+        self._dir.path().join("data")
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
