@@ -62,15 +62,15 @@ pub enum AuthError {
 /// Why a tokens file was refused. Never quotes a token.
 #[derive(Debug, thiserror::Error)]
 pub enum TokensFileError {
-    #[error("reading tokens file {path}: {error}")]
+    #[error("reading tokens file {path} (auth.tokens_file): {error}")]
     Read { path: PathBuf, error: std::io::Error },
-    #[error("tokens file {path}, line {line}: {problem}")]
+    #[error("tokens file {path} (auth.tokens_file), line {line}: {problem}")]
     Line {
         path: PathBuf,
         line: usize,
         problem: String,
     },
-    #[error("tokens file {path} holds no token")]
+    #[error("tokens file {path} (auth.tokens_file) holds no token; add `<token> <client_id>` lines")]
     Empty { path: PathBuf },
 }
 

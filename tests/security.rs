@@ -634,12 +634,13 @@ async fn the_cli_speaks_tls_and_tokens() {
         Some(TOKEN_A),
     );
     assert_eq!(String::from_utf8_lossy(&check.stdout), "present e1\nabsent e2\n");
-    // No token: refused with the status named.
+    // No token: refused with the status named and the flag that gives one.
     let refused = cli(&["check", "--client", "client-a", "--deduper", "d", "e1"], None);
     assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(
-        String::from_utf8_lossy(&refused.stderr).contains("Unauthenticated"),
-        "{refused:?}"
+        stderr.contains("UNAUTHENTICATED") && stderr.contains("--token") && stderr.contains("SOLUS_TOKEN"),
+        "{stderr}"
     );
     server.stop().await;
 }

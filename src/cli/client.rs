@@ -320,6 +320,9 @@ fn batches(a: &DataArgs) -> anyhow::Result<Vec<Vec<Shown>>> {
         Ok((shown, bytes))
     };
     let items: Vec<(String, Vec<u8>)> = if a.entities.is_empty() {
+        if std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+            eprintln!("no entities given: reading them from stdin, one per line; end with Ctrl-D");
+        }
         let mut v = Vec::new();
         for line in std::io::stdin().lock().lines() {
             let line = line.context("reading stdin")?;

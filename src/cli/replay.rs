@@ -65,7 +65,12 @@ pub struct ReplayArgs {
 
 /// Keys and their weights.
 fn load_keys(path: &PathBuf) -> anyhow::Result<(Vec<String>, Vec<u64>)> {
-    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let file = std::fs::File::open(path).with_context(|| {
+        format!(
+            "opening --input {} (a key file: `<key>\\t<weight>` lines, or one key per line)",
+            path.display()
+        )
+    })?;
     let (mut keys, mut weights) = (Vec::new(), Vec::new());
     for (no, line) in BufReader::new(file).lines().enumerate() {
         let line = line.with_context(|| format!("reading {}", path.display()))?;

@@ -78,7 +78,7 @@ pub fn load_keys(args: &BenchArgs) -> anyhow::Result<Arc<Vec<Bytes>>> {
     let n = args.key_space.max(1);
     let keys: Vec<Bytes> = match &args.input {
         Some(path) => {
-            let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+            let file = std::fs::File::open(path).with_context(|| format!("opening --input {}", path.display()))?;
             let mut keys = Vec::with_capacity(n);
             for line in BufReader::new(file).lines() {
                 let line = line.with_context(|| format!("reading {}", path.display()))?;
