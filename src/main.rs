@@ -55,9 +55,23 @@ async fn serve(config: Option<std::path::PathBuf>) -> anyhow::Result<()> {
     for warning in settings.warnings() {
         tracing::warn!("{warning}");
     }
-    let listener = tokio::net::TcpListener::bind(settings.server.listen)
-        .await
-        .map_err(|e| solus::config::bind_error("server.listen", settings.server.listen, &e))?;
+    let listener = match tokio::net::TcpListener::bind(settings.server.listen).await {
+        Ok(listener) => listener,
+        Err(e) => {
+            let error = solus::config::bind_error("server.listen", settings.server.listen, &e);
+            // Say at once when the metrics port is taken too: one restart instead of two.
+            let metrics = match settings.metrics.listen.parse::<std::net::SocketAddr>() {
+                Ok(addr) => std::net::TcpListener::bind(addr)
+                    .err()
+                    .map(|e| solus::config::bind_error("metrics.listen", addr, &e)),
+                Err(_) => None,
+            };
+            return Err(match metrics {
+                Some(m) => anyhow::anyhow!("{error}\nerror: {m}"),
+                None => error,
+            });
+        }
+    };
     solus::server::serve(settings, listener, shutdown_signal()?).await
 }
 

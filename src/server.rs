@@ -348,8 +348,9 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let tls = tls_config(&settings.server.tls)?;
     let auth = Arc::new(authenticator(&settings)?);
-    if let Some(addr) = crate::metrics::install(&settings.metrics.listen)? {
-        tracing::info!(%addr, "metrics on http://{addr}/metrics");
+    match crate::metrics::install(&settings.metrics.listen)? {
+        Some(addr) => tracing::info!(%addr, "metrics on http://{addr}/metrics"),
+        None => tracing::info!("metrics off (metrics.listen is empty)"),
     }
     let opened = settings.clone();
     let store = tokio::task::spawn_blocking(move || open_store(&opened)).await??;

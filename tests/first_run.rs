@@ -191,8 +191,8 @@ async fn server_answers_come_with_the_next_command() {
         &e,
         &[
             &metrics,
-            "not answering as a Solus gRPC server",
-            "metrics",
+            "is not a Solus gRPC server",
+            "metrics.listen",
             "server.listen",
         ],
     );
@@ -298,6 +298,23 @@ async fn taken_ports_name_their_setting() {
     );
     let e = serve_refused(&[("SOLUS__SERVER__HEALTH_LISTEN", &addr)]).await;
     assert_mentions(&e, &["server.health_listen", "already in use"]);
+    // Both default ports taken: both are named at once (one restart, not two).
+    let other = TcpListener::bind("127.0.0.1:0").unwrap();
+    let other_addr = other.local_addr().unwrap().to_string();
+    let e = serve_refused(&[
+        ("SOLUS__SERVER__LISTEN", &addr),
+        ("SOLUS__METRICS__LISTEN", &other_addr),
+    ])
+    .await;
+    assert_mentions(
+        &e,
+        &[
+            "server.listen",
+            "SOLUS__SERVER__LISTEN=",
+            &other_addr,
+            "SOLUS__METRICS__LISTEN=",
+        ],
+    );
 }
 
 #[tokio::test]

@@ -222,25 +222,20 @@ pub fn call_error(s: Status, call: Call<'_>) -> anyhow::Error {
     let c = call.client;
     let d = call.deduper.unwrap_or("NAME");
     if is_transport_failure(&s) && !matches!(s.code(), Code::DeadlineExceeded) {
-        // Status' own Display is its Debug form: use its message and sources.
-        let mut detail = vec![s.message().to_string()];
-        if let Some(source) = s.source() {
-            for cause in causes(source) {
-                if !detail.contains(&cause) {
-                    detail.push(cause);
-                }
-            }
-        }
-        let detail = detail.join(": ");
+        // Status' own Display is its Debug form; the innermost cause says the most.
+        let detail = s
+            .source()
+            .and_then(|source| causes(source).pop())
+            .unwrap_or_else(|| s.message().to_string());
         let tls_hint = if call.target.ca_cert.is_none() {
             " If the server has TLS on (server.tls.cert_file), pass --ca-cert."
         } else {
             ""
         };
         return anyhow::anyhow!(
-            "{addr} is not answering as a Solus gRPC server ({detail}). Is --addr (or SOLUS_ADDR) the server's gRPC \
-             port (server.listen, default 127.0.0.1:50051)? Port 9464 is its Prometheus metrics page (plain HTTP, \
-             metrics.listen), not gRPC.{tls_hint}"
+            "{addr} is not a Solus gRPC server ({detail}). Check --addr (or SOLUS_ADDR): it must be the server's \
+             gRPC port (server.listen, 127.0.0.1:50051 by default), not its metrics port (metrics.listen, 9464 by \
+             default, plain HTTP) nor another program's.{tls_hint}"
         );
     }
     match s.code() {
