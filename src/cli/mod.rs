@@ -177,10 +177,17 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
 /// Decodes a hex string (for `--hex`), with a clear error.
 pub fn decode_hex(s: &str) -> anyhow::Result<Vec<u8>> {
     let s = s.trim();
-    anyhow::ensure!(s.len() % 2 == 0, "hex entity {s:?} has an odd number of digits");
+    anyhow::ensure!(
+        s.len() % 2 == 0,
+        "entity {s:?} has an odd number of hex digits (--hex takes two digits per byte, e.g. 6f72)"
+    );
     (0..s.len())
         .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|_| anyhow::anyhow!("{s:?} is not hex")))
+        .map(|i| {
+            s.get(i..i + 2)
+                .and_then(|pair| u8::from_str_radix(pair, 16).ok())
+                .ok_or_else(|| anyhow::anyhow!("entity {s:?} is not hex; drop --hex to send it as text"))
+        })
         .collect()
 }
 
@@ -203,6 +210,16 @@ mod tests {
             if sub.get_name() != "help" {
                 arguments(sub, &format!("{path} {}", sub.get_name()), out);
             }
+        }
+    }
+
+    #[test]
+    fn hex_entities_are_checked_without_panicking() {
+        assert_eq!(super::decode_hex("6f72").unwrap(), b"or");
+        // A multi-byte character across a digit pair used to panic on slicing.
+        for bad in ["aé1", "zz", "abc"] {
+            let e = super::decode_hex(bad).unwrap_err().to_string();
+            assert!(e.contains("--hex"), "{bad}: {e}");
         }
     }
 
