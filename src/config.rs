@@ -281,6 +281,17 @@ pub const CLIENT_VARIABLES: &[&str] = &[
     "SOLUS_REQUIRE_SHARED_DATA",
 ];
 
+/// Variables of the repository's scripts and tests (deploy/hbase, the
+/// real-HBase tests): not the server's, and not warned about.
+const TOOL_VARIABLES: &[&str] = &[
+    "SOLUS_REAL_HBASE",
+    "SOLUS_REAL_HBASE_DIR",
+    "SOLUS_TABLE",
+    "SOLUS_FARM",
+    "SOLUS_CLIENTS",
+    "SOLUS_META_SPLITS",
+];
+
 /// HBase's framed Thrift server drops frames above
 /// `hbase.regionserver.thrift.framed.max_frame_size_in_mb` (2 MB by default).
 pub const HBASE_DEFAULT_MAX_FRAME_BYTES: u64 = 2 << 20;
@@ -310,6 +321,11 @@ pub fn environment_warnings(vars: impl IntoIterator<Item = (String, String)>) ->
             }
             let flat = rest.to_lowercase();
             let meant = KEYS.iter().find(|k| k.replace('.', "_") == flat);
+            // The scripts' and tests' own variables, unless one reads like a setting (SOLUS_FARM).
+            let tool = TOOL_VARIABLES.contains(&name.as_str()) || name.starts_with("SOLUS_HBASE_");
+            if tool && meant.is_none() {
+                return None;
+            }
             Some(match meant {
                 Some(key) => format!(
                     "environment variable {name} is ignored: settings take two underscores between \
@@ -711,9 +727,13 @@ mod tests {
             ("SOLUS__SERVER__LISTEN", "127.0.0.1:1"),
             ("SOLUS_WHATEVER", "1"),
             ("PATH", "/bin"),
+            ("SOLUS_REAL_HBASE_DIR", "/tmp/h"),
+            ("SOLUS_HBASE_HEAP", "1g"),
+            ("SOLUS_FARM", "eu"),
         ];
         let w = environment_warnings(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-        assert_eq!(w.len(), 3, "{w:#?}");
+        assert_eq!(w.len(), 4, "{w:#?}");
+        assert!(w.iter().any(|w| w.contains("SOLUS_FARM") && w.contains("SOLUS__FARM")));
         assert!(
             w.iter()
                 .any(|w| w.contains("SOLUS_SERVER_LISTEN") && w.contains("SOLUS__SERVER__LISTEN"))
