@@ -89,8 +89,8 @@ pub fn causes(e: &(dyn StdError + 'static)) -> Vec<String> {
     let mut next = Some(e);
     while let Some(err) = next {
         let text = err.to_string();
+        // A message already said by an outer one ("x: y" then "y") is left out.
         if !text.is_empty() && !out.iter().any(|seen| seen.contains(&text)) {
-            // An outer message that only repeats this one ("x: y" then "y") keeps the outer.
             out.push(text);
         }
         next = err.source();
@@ -115,15 +115,12 @@ pub fn connect_error(target: &Target, url: &str, e: &(dyn StdError + 'static)) -
     let addr = shown_addr(url);
     let start = "start one with `solus serve`, or point --addr (or SOLUS_ADDR) at a running server";
     let text = causes(e).join(": ").to_lowercase();
-    match io_kind(e) {
+    let kind = io_kind(e);
+    match kind {
         Some(ErrorKind::ConnectionRefused) => {
             anyhow::anyhow!("no Solus server is listening on {addr} (connection refused): {start}")
         }
-        Some(ErrorKind::TimedOut) => anyhow::anyhow!(
-            "connecting to {addr} timed out: the host does not answer (wrong host in --addr / SOLUS_ADDR, or a \
-             firewall); {start}"
-        ),
-        _ if text.contains("timed out") => anyhow::anyhow!(
+        _ if kind == Some(ErrorKind::TimedOut) || text.contains("timed out") => anyhow::anyhow!(
             "connecting to {addr} timed out: the host does not answer (wrong host in --addr / SOLUS_ADDR, or a \
              firewall); {start}"
         ),
