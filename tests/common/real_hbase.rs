@@ -72,6 +72,13 @@ pub fn standalone_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/hbase/standalone.sh")
 }
 
+/// One line straight to stderr: the test harness shows it even for tests
+/// that pass (it captures `eprintln!`). Printed once per test process.
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
 fn on_path(tool: &str) -> bool {
     Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
@@ -118,14 +125,14 @@ impl RealHbase {
             });
         }
         if std::env::var("SOLUS_REAL_HBASE").as_deref() == Ok("off") {
-            eprintln!("skipping real-HBase tests: SOLUS_REAL_HBASE=off");
+            say("skipped: real-HBase tests: SOLUS_REAL_HBASE=off");
             return None;
         }
         for tool in ["java", "mvn"] {
             if !on_path(tool) {
-                eprintln!(
-                    "skipping real-HBase tests: no `{tool}` on the PATH (they need Java 11+ and Maven; .ci/run installs and starts them)"
-                );
+                say(&format!(
+                    "skipped: real-HBase tests: no `{tool}` on the PATH (they need Java 11+ and Maven; .ci/run installs and starts them)"
+                ));
                 return None;
             }
         }
