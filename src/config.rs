@@ -163,8 +163,15 @@ pub struct LimitsConfig {
     pub max_concurrent_requests: usize,
     /// Most shards a deduper may have. Default 65,536.
     pub max_shards: u32,
-    /// Largest shard chosen when sizing from n and p, in bits. Default 1,048,576.
+    /// Largest shard chosen when sizing from n and p, in bits (sizing never
+    /// picks more than 2^30 whatever this says). Default 1,048,576.
     pub max_bits_per_shard: u32,
+    /// Accept `CreateDeduper` with an explicit `bits_per_shard` above 2^30,
+    /// whose bit positions are biased (`abs(v % m)` of a signed 32-bit `v`
+    /// is not uniform when `m` does not divide 2^31), only to attach to
+    /// existing data of that geometry; logged at start and at each such
+    /// creation. Default false: such a geometry is `INVALID_ARGUMENT`.
+    pub allow_biased_bits_per_shard: bool,
     /// How long the answer of an `Add`/`AddIfAbsent` sent with a
     /// `request_id` is remembered, in seconds: a retry within it gets the
     /// first attempt's answer. Default 300.
@@ -180,6 +187,7 @@ impl Default for LimitsConfig {
             max_concurrent_requests: 1_024,
             max_shards: 65_536,
             max_bits_per_shard: 1 << 20,
+            allow_biased_bits_per_shard: false,
             request_id_window_seconds: 300,
         }
     }
@@ -193,6 +201,7 @@ impl LimitsConfig {
             sizes: SizeLimits {
                 max_bits_per_shard: self.max_bits_per_shard,
                 max_shards: self.max_shards,
+                allow_biased_bits_per_shard: self.allow_biased_bits_per_shard,
             },
             request_id_window_ms: self.request_id_window_seconds.saturating_mul(1000),
         }
@@ -258,6 +267,7 @@ pub const KEYS: &[&str] = &[
     "limits.max_concurrent_requests",
     "limits.max_shards",
     "limits.max_bits_per_shard",
+    "limits.allow_biased_bits_per_shard",
     "limits.request_id_window_seconds",
     "log.level",
     "log.json",
@@ -635,6 +645,19 @@ mod tests {
         assert_eq!((s.farm.as_str(), s.limits.max_shards), ("eu", 20));
         assert!(s.storage.embedded.fsync);
         assert_eq!(s.server.listen.to_string(), "0.0.0.0:1234");
+    }
+
+    #[test]
+    fn biased_geometries_are_refused_unless_switched_on() {
+        let s = Settings::load(None).unwrap();
+        assert!(!s.limits.engine_limits().sizes.allow_biased_bits_per_shard);
+        let mut env = std::collections::HashMap::new();
+        env.insert(
+            "SOLUS__LIMITS__ALLOW_BIASED_BITS_PER_SHARD".to_string(),
+            "true".to_string(),
+        );
+        let s = Settings::load_with_env(None, Some(env)).unwrap();
+        assert!(s.limits.engine_limits().sizes.allow_biased_bits_per_shard);
     }
 
     #[test]

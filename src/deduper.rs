@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::contract::sizing::{self, Geometry, SizingError};
+use crate::contract::sizing::{self, Geometry, SizingError, UNBIASED_BITS_PER_SHARD};
 use crate::contract::{MAX_BITS_PER_SHARD, MAX_HASH_FUNCTIONS};
 
 /// Longest client id or deduper name, in bytes.
@@ -108,6 +108,11 @@ pub struct SizeLimits {
     pub max_bits_per_shard: u32,
     /// Largest number of shards a deduper may have.
     pub max_shards: u32,
+    /// Accept explicit geometries with `bits_per_shard` above 2^30, whose
+    /// bit positions are biased (see [`sizing::UNBIASED_BITS_PER_SHARD`]);
+    /// only to attach to existing data of that geometry. Sizing from `n`
+    /// and `p` never picks one either way.
+    pub allow_biased_bits_per_shard: bool,
 }
 
 impl Default for SizeLimits {
@@ -115,6 +120,7 @@ impl Default for SizeLimits {
         SizeLimits {
             max_bits_per_shard: 1 << 20,
             max_shards: 65_536,
+            allow_biased_bits_per_shard: false,
         }
     }
 }
@@ -136,6 +142,14 @@ pub enum ModelError {
     BadShards { got: u32, max: u32 },
     #[error("bits_per_shard must be 1 to {MAX_BITS_PER_SHARD}, got {0}")]
     BadBitsPerShard(u32),
+    #[error(
+        "bits_per_shard {0} is above 2^30 = {UNBIASED_BITS_PER_SHARD}: bit positions are abs(v % bits_per_shard) of a \
+         uniform signed 32-bit v, which is not uniform when bits_per_shard does not divide 2^31 (none above 2^30 does): \
+         some bits are chosen twice as often as others, which raises the false-positive rate; \
+         use more shards of at most {UNBIASED_BITS_PER_SHARD} bits, or, only to attach to existing data of this geometry, \
+         set limits.allow_biased_bits_per_shard = true"
+    )]
+    BiasedBitsPerShard(u32),
     #[error("expiry_seconds must be 1 to {max} (100 years), got {got}")]
     BadExpiry { got: u64, max: u64 },
     #[error(
@@ -177,7 +191,12 @@ pub fn validate_expiry(expiry_seconds: u64) -> Result<(), ModelError> {
     }
 }
 
-/// Resolves a sizing request to a geometry within `limits`.
+/// Resolves a sizing request to a geometry within `limits`: from `n` and
+/// `p` by [`sizing::size_for`] (never above 2^30 bits per shard); an
+/// explicit one checked against the bounds. Errors: `Sizing` from
+/// `size_for`, `BadHashFunctions`, `BadShards`, `BadBitsPerShard`, and
+/// `BiasedBitsPerShard` for `bits_per_shard` above 2^30 unless
+/// `limits.allow_biased_bits_per_shard`.
 pub fn resolve_geometry(sizing: &Sizing, limits: &SizeLimits) -> Result<Geometry, ModelError> {
     match sizing {
         Sizing::Expected { n, p } => Ok(sizing::size_for(
@@ -198,6 +217,9 @@ pub fn resolve_geometry(sizing: &Sizing, limits: &SizeLimits) -> Result<Geometry
             }
             if g.bits_per_shard == 0 || g.bits_per_shard > MAX_BITS_PER_SHARD {
                 return Err(ModelError::BadBitsPerShard(g.bits_per_shard));
+            }
+            if g.bits_per_shard > UNBIASED_BITS_PER_SHARD && !limits.allow_biased_bits_per_shard {
+                return Err(ModelError::BiasedBitsPerShard(g.bits_per_shard));
             }
             Ok(*g)
         }
@@ -259,7 +281,20 @@ mod tests {
             })
         };
         assert!(resolve_geometry(&g(7, 10, 1000), &limits).is_ok());
-        assert!(resolve_geometry(&g(64, 65_536, MAX_BITS_PER_SHARD), &limits).is_ok());
+        assert!(resolve_geometry(&g(64, 65_536, UNBIASED_BITS_PER_SHARD), &limits).is_ok());
+        // Above 2^30 bits per shard, bit positions are biased: refused unless allowed.
+        let biased = resolve_geometry(&g(7, 2, UNBIASED_BITS_PER_SHARD + 1), &limits);
+        assert_eq!(biased, Err(ModelError::BiasedBitsPerShard(UNBIASED_BITS_PER_SHARD + 1)));
+        let message = biased.unwrap_err().to_string();
+        assert!(
+            message.contains("limits.allow_biased_bits_per_shard") && message.contains("not uniform"),
+            "{message}"
+        );
+        let allowing = SizeLimits {
+            allow_biased_bits_per_shard: true,
+            ..limits
+        };
+        assert!(resolve_geometry(&g(64, 65_536, MAX_BITS_PER_SHARD), &allowing).is_ok());
         assert_eq!(
             resolve_geometry(&g(65, 1, 1), &limits),
             Err(ModelError::BadHashFunctions(65))

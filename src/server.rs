@@ -355,6 +355,13 @@ pub async fn serve(
     let opened = settings.clone();
     let store = tokio::task::spawn_blocking(move || open_store(&opened)).await??;
     let engine = Arc::new(Engine::new(store.clone(), settings.limits.engine_limits()));
+    if settings.limits.allow_biased_bits_per_shard {
+        tracing::warn!(
+            "limits.allow_biased_bits_per_shard is on: CreateDeduper accepts bits_per_shard above 2^30, whose bit \
+             positions are not uniform (false-positive rate above the geometry's); meant only for attaching to \
+             existing data of such a geometry"
+        );
+    }
 
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter.set_service_status("", ServingStatus::Serving).await;

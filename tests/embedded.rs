@@ -10,7 +10,7 @@ backend_suite!(TestBackend::embedded());
 /// The embedded store keeps every deduper's bits in memory, so it refuses
 /// dedupers that would not fit its budget instead of running out of memory
 /// when they fill up (a client could otherwise ask for 65,536 shards of
-/// 2^31 bits and exhaust the machine with a few adds).
+/// 2^30 bits and exhaust the machine with a few adds).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_budget_refuses_dedupers_that_would_not_fit() {
     use common::{TestServer, create_geom, create_np};
@@ -34,7 +34,7 @@ async fn memory_budget_refuses_dedupers_that_would_not_fit() {
         e.message()
     );
     let huge = admin
-        .create_deduper(create_geom("c", "huge", 7, 65_536, i32::MAX as u32, 60))
+        .create_deduper(create_geom("c", "huge", 7, 65_536, 1 << 30, 60))
         .await
         .unwrap_err();
     assert_eq!(huge.code(), tonic::Code::ResourceExhausted, "{}", huge.message());

@@ -601,6 +601,12 @@ impl Engine {
             spec.bits_per_shard,
         )?;
         let geometry = deduper::resolve_geometry(&sizing, &self.limits.sizes)?;
+        if geometry.bits_per_shard > crate::contract::sizing::UNBIASED_BITS_PER_SHARD {
+            // Only reachable with limits.allow_biased_bits_per_shard on.
+            tracing::warn!(client_id = %spec.client_id, name = %spec.name, bits_per_shard = geometry.bits_per_shard,
+                "creating a deduper with bits_per_shard above 2^30 (allowed by limits.allow_biased_bits_per_shard): \
+                 its bit positions are not uniform and its false-positive rate is above the geometry's");
+        }
         let (n, p) = match sizing {
             Sizing::Expected { n, p } => (Some(n), Some(p)),
             Sizing::Explicit(_) => (None, None),

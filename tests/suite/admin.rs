@@ -18,8 +18,10 @@ pub async fn admin_create_get_list_update(b: &TestBackend) {
         .await
         .unwrap()
         .into_inner();
-    // Sizing from the contract: n = 1e6, p = 0.01 -> k 7, 10 shards of 958,506 bits.
-    assert_eq!((d.hash_functions, d.shards, d.bits_per_shard), (7, 10, 958_506));
+    // n = 1e6, p = 0.01: the contract's classic sizing (10 shards of 958,506
+    // bits, k = 7) has an expected rate of 1.004% (k rounded up from 6.64);
+    // the corrected sizing adds 0.1%: k 7, 10 shards of 959,442 bits.
+    assert_eq!((d.hash_functions, d.shards, d.bits_per_shard), (7, 10, 959_442));
     assert_eq!(
         (d.expiry_seconds, d.active, d.level),
         (3600, true, Level::Global as i32)
@@ -154,6 +156,11 @@ pub async fn admin_errors(b: &TestBackend) {
             "bits above 2^31-1",
             create_geom("c", "x", 3, 1, 1 << 31, 60),
             "bits_per_shard",
+        ),
+        (
+            "bits above 2^30 (biased positions)",
+            create_geom("c", "x", 3, 1, (1 << 30) + 1, 60),
+            "limits.allow_biased_bits_per_shard",
         ),
         ("absurd n", create_np("c", "x", u64::MAX, 0.001, 60), "shards"),
     ];

@@ -39,7 +39,7 @@ pub async fn false_positive_rate_at_design_load(b: &TestBackend) {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!((d.shards, d.hash_functions), (8, 7));
+    assert_eq!((d.shards, d.hash_functions, d.bits_per_shard), (8, 7, 60_024));
     let (inserted, queried) = names.split_at(n);
     let mut data = s.data();
     for chunk in inserted.chunks(5000) {
