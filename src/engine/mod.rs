@@ -13,7 +13,7 @@ use self::requests::{Kind, Record};
 use crate::clock::now_ms;
 use crate::contract::hashing;
 use crate::deduper::{self, Deduper, Level, ModelError, SizeLimits, Sizing};
-use crate::storage::{BitAddr, Cell, RequestKey, StorageError, Store};
+use crate::storage::{self, BitAddr, Cell, RequestKey, StorageError, Store};
 
 pub mod requests;
 
@@ -208,7 +208,8 @@ impl Engine {
                     "caller left before storage was reached".into(),
                 )));
             }
-            f()
+            // Backends skip remote calls not yet made once the caller is gone.
+            storage::caller::run_for(Some(gone), f)
         })
         .await
         .unwrap_or_else(|e| {

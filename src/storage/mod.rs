@@ -10,6 +10,7 @@
 
 use crate::deduper::Deduper;
 
+pub mod caller;
 pub mod embedded;
 pub mod hbase;
 pub mod metered;

@@ -295,16 +295,20 @@ fn in_parallel<T: Sync, R: Send>(
     let next = std::sync::atomic::AtomicUsize::new(0);
     let results: Vec<std::sync::Mutex<Option<Result<R, StorageError>>>> =
         items.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    let caller = crate::storage::caller::current();
     std::thread::scope(|s| {
         let workers: Vec<_> = (0..items.len().min(MAX_PARALLEL_CALLS))
             .map(|_| {
+                let caller = caller.clone();
                 s.spawn(|| {
-                    loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(item) = items.get(i) else { break };
-                        let r = f(item);
-                        *results[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
-                    }
+                    crate::storage::caller::run_for(caller, || {
+                        loop {
+                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let Some(item) = items.get(i) else { break };
+                            let r = f(item);
+                            *results[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+                        }
+                    })
                 })
             })
             .collect();

@@ -32,7 +32,13 @@ use thrift::transport::{
 };
 
 use super::config::{HbaseConfig, Protocol, Transport};
-use crate::storage::StorageError;
+use crate::storage::{StorageError, caller};
+
+/// A call skipped because the caller of the request has gone (see
+/// `storage::caller`).
+fn caller_left() -> HbaseError {
+    HbaseError::Connection("call not made: the request's caller left (deadline passed or cancelled)".into())
+}
 
 /// The generated client over whichever transport and protocol are configured.
 pub type Client = HbaseSyncClient<Box<dyn TInputProtocol + Send>, Box<dyn TOutputProtocol + Send>>;
@@ -372,6 +378,10 @@ impl Pool {
 
     fn once<T>(&self, f: &mut impl FnMut(&mut Client) -> thrift::Result<T>) -> Result<T, HbaseError> {
         let mut conn = self.checkout()?;
+        if caller::gone() {
+            // Waited for a connection longer than the caller did: hand it on.
+            return Err(caller_left());
+        }
         let peer = conn.peer;
         let result = f(&mut conn.client);
         result.map_err(|e| {
@@ -391,6 +401,9 @@ impl Pool {
         let budget = if retry == Retry::Idempotent { self.retries } else { 0 };
         let mut attempt = 0;
         loop {
+            if caller::gone() {
+                return Err(caller_left());
+            }
             match self.once(&mut f) {
                 Err(e) if attempt < budget && e.retryable() => {
                     let wait = self.backoff.saturating_mul(1 << attempt.min(16));
