@@ -284,14 +284,31 @@ pub fn describe_store(settings: &Settings) -> String {
 /// blocking pool, where it would queue behind slow storage calls - and
 /// reports the result as the health of the data service; a failure is
 /// logged with what to check (`hint`, from the error's text).
+/// Health service name of a deduper refused as misplaced:
+/// `solus.v1.DeduperService/<client_id>/<name>` (`NOT_SERVING`).
+pub fn misplaced_health_service(client_id: &str, name: &str) -> String {
+    format!("{DATA_SERVICE_NAME}/{client_id}/{name}")
+}
+
 async fn watch_storage(
     store: Arc<dyn Store>,
+    engine: Arc<Engine>,
     reporter: HealthReporter,
     every: Duration,
     hint: impl Fn(&str) -> Option<String> + Send + 'static,
 ) {
     let mut last = None;
+    let mut reported_misplaced = std::collections::HashSet::new();
     loop {
+        // A deduper refused because a setting moved its data (storage.table,
+        // farm) shows as its own NOT_SERVING health service; the replica stays
+        // ready for every other deduper.
+        for (client_id, name) in engine.misplaced_dedupers() {
+            let service = misplaced_health_service(&client_id, &name);
+            if reported_misplaced.insert(service.clone()) {
+                reporter.set_service_status(&service, ServingStatus::NotServing).await;
+            }
+        }
         let s = store.clone();
         let (tx, rx) = tokio::sync::oneshot::channel();
         let spawned = std::thread::Builder::new()
@@ -368,6 +385,7 @@ pub async fn serve(
     let hbase = (settings.storage.backend == Backend::Hbase).then(|| settings.storage.hbase.clone());
     let watcher = tokio::spawn(watch_storage(
         store.clone(),
+        engine.clone(),
         reporter.clone(),
         Duration::from_millis(settings.server.health_check_interval_ms.max(100)),
         move |error| hbase.as_ref().and_then(|h| hbase_hint(h, error)),

@@ -128,6 +128,8 @@ pub struct Engine {
     inflight: Inflight,
     /// Dedupers whose config records no data location, logged once each.
     unrecorded: Mutex<HashSet<CacheKey>>,
+    /// Dedupers refused as `Misplaced` since start: (client_id, name).
+    misplaced: Mutex<std::collections::BTreeSet<CacheKey>>,
 }
 
 /// Entities hashed and grouped: `addrs` sorted and unique, `index[i*k + j]`
@@ -182,6 +184,7 @@ impl Engine {
             cache: Arc::new(RwLock::new(HashMap::new())),
             inflight: Arc::new(Mutex::new(HashMap::new())),
             unrecorded: Mutex::new(HashSet::new()),
+            misplaced: Mutex::new(std::collections::BTreeSet::new()),
         }
     }
 
@@ -321,6 +324,18 @@ impl Engine {
         rx
     }
 
+    /// Dedupers refused since start because their bits live elsewhere than
+    /// the current settings say, as (client_id, name); the server reports
+    /// each as a `NOT_SERVING` health service (see `server.rs`).
+    pub fn misplaced_dedupers(&self) -> Vec<(String, String)> {
+        self.misplaced
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .cloned()
+            .collect()
+    }
+
     /// Refuses a deduper whose recorded data location differs from where
     /// the current settings put its bits (`Misplaced`, logged). A config
     /// without a recorded location is taken to match (logged once).
@@ -330,6 +345,10 @@ impl Engine {
         };
         match &d.data_location {
             Some(recorded) if *recorded != current => {
+                self.misplaced
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(key.clone());
                 tracing::error!(
                     client_id = %d.client_id,
                     deduper = %d.name,

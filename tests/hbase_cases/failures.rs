@@ -183,6 +183,28 @@ async fn a_changed_data_table_refuses_the_deduper_instead_of_serving_it_empty() 
         "{}",
         err.message()
     );
+    // Health shows it too, per deduper; the replica itself stays ready.
+    let service = solus::server::misplaced_health_service("c", "d");
+    let mut health = tonic_health::pb::health_client::HealthClient::new(s.channel.clone());
+    let status = |r: tonic_health::pb::HealthCheckResponse| r.status;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let req = tonic_health::pb::HealthCheckRequest {
+            service: service.clone(),
+        };
+        if let Ok(r) = health.check(req).await
+            && status(r.into_inner()) == tonic_health::pb::health_check_response::ServingStatus::NotServing as i32
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{service} never reported NOT_SERVING");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        crate::hbase_shared::data_health(&s).await,
+        tonic_health::pb::health_check_response::ServingStatus::Serving,
+        "the other dedupers are still served"
+    );
     s.stop().await;
     b.settings.storage.table = "solus_deduper".into();
     let s = TestServer::start(&b).await;
