@@ -27,21 +27,7 @@ pub use service::*;
 #[macro_export]
 macro_rules! backend_suite {
     ($backend:expr) => {
-        $crate::backend_suite!($backend;
-            admin_create_get_list_update,
-            admin_errors,
-            data_add_check_add_if_absent,
-            data_errors,
-            concurrent_add_if_absent_is_atomic,
-            ttl_expiry,
-            expiry_never_moves_backwards,
-            restart_keeps_data,
-            false_positive_rate_at_design_load,
-            replay_npm_events,
-            health_and_reflection,
-            concurrent_updates_lose_no_change,
-            request_id_repeats_get_the_first_answer,
-        );
+        $crate::backend_suite!(optional Some($backend));
     };
     (optional $backend:expr) => {
         $crate::backend_suite!(optional $backend;
@@ -65,15 +51,6 @@ macro_rules! backend_suite {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $name() {
                 let Some(backend) = $backend else { return };
-                suite::$name(&backend).await;
-            }
-        )*
-    };
-    ($backend:expr; $($name:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                let backend = $backend;
                 suite::$name(&backend).await;
             }
         )*
