@@ -80,6 +80,15 @@ type Inflight = Arc<Mutex<HashMap<CacheKey, watch::Receiver<Option<Lookup>>>>>;
 /// Sets its flag when dropped: tells queued storage work its caller left.
 struct Abandon(Arc<AtomicBool>);
 
+/// A checked write request (see [`Engine::prepare_write`]): the deduper,
+/// the TTL in ms, the request id's key, and its window in ms.
+struct Write {
+    d: Arc<Deduper>,
+    ttl: u64,
+    key: Option<RequestKey>,
+    window: i64,
+}
+
 impl Drop for Abandon {
     fn drop(&mut self) {
         self.0.store(true, Ordering::SeqCst);
@@ -426,18 +435,13 @@ impl Engine {
     where
         E: AsRef<[u8]> + Send + Sync + 'static,
     {
-        self.validate_entities(&entities)?;
-        if let Some(id) = &request_id {
-            requests::validate_id(id)?;
-        }
-        let d = self.active_deduper(client_id, name).await?;
-        let ttl = d.effective_ttl_ms(ttl_ms)?;
-        if entities.is_empty() {
+        let Some(Write { d, ttl, key, window }) = self
+            .prepare_write(client_id, name, &entities, ttl_ms, request_id)
+            .await?
+        else {
             return Ok(0);
-        }
+        };
         let store = self.store.clone();
-        let key = request_id.map(|id| self.request_key(client_id, name, id));
-        let window = self.limits.request_id_window_ms as i64;
         Self::blocking(move || {
             let now = now_ms();
             let expire = check_expire(&*store, now, ttl)?;
@@ -468,12 +472,34 @@ impl Engine {
         .await
     }
 
-    fn request_key(&self, client_id: &str, name: &str, request_id: Vec<u8>) -> RequestKey {
-        RequestKey {
+    /// What `Add` and `AddIfAbsent` check before storage: entities, the
+    /// request id, an active deduper and the TTL. `None` for an empty
+    /// request (a no-op). Errors: `Invalid`, `NotFound`, `Inactive`,
+    /// `Misplaced`, `Storage`.
+    async fn prepare_write<E: AsRef<[u8]>>(
+        &self,
+        client_id: &str,
+        name: &str,
+        entities: &[E],
+        ttl_ms: u64,
+        request_id: Option<Vec<u8>>,
+    ) -> Result<Option<Write>, EngineError> {
+        self.validate_entities(entities)?;
+        if let Some(id) = &request_id {
+            requests::validate_id(id)?;
+        }
+        let d = self.active_deduper(client_id, name).await?;
+        let ttl = d.effective_ttl_ms(ttl_ms)?;
+        if entities.is_empty() {
+            return Ok(None);
+        }
+        let key = request_id.map(|request_id| RequestKey {
             client_id: client_id.to_string(),
             deduper: name.to_string(),
             request_id,
-        }
+        });
+        let window = self.limits.request_id_window_ms as i64;
+        Ok(Some(Write { d, ttl, key, window }))
     }
 
     /// For each entity: true = definitely absent (never added, or expired).
@@ -539,18 +565,13 @@ impl Engine {
     where
         E: AsRef<[u8]> + Send + Sync + 'static,
     {
-        self.validate_entities(&entities)?;
-        if let Some(id) = &request_id {
-            requests::validate_id(id)?;
-        }
-        let d = self.active_deduper(client_id, name).await?;
-        let ttl = d.effective_ttl_ms(ttl_ms)?;
-        if entities.is_empty() {
+        let Some(Write { d, ttl, key, window }) = self
+            .prepare_write(client_id, name, &entities, ttl_ms, request_id)
+            .await?
+        else {
             return Ok(Vec::new());
-        }
+        };
         let store = self.store.clone();
-        let key = request_id.map(|id| self.request_key(client_id, name, id));
-        let window = self.limits.request_id_window_ms as i64;
         Self::blocking(move || {
             let plan = Plan::build(&d, &entities);
             let now = now_ms();
