@@ -18,7 +18,8 @@ fn dir_size(path: &std::path::Path) -> u64 {
             rd.flatten()
                 .map(|e| match e.file_type() {
                     Ok(t) if t.is_dir() => dir_size(&e.path()),
-                    // Allocated blocks, not apparent length: fjall preallocates journal files.
+                    // Allocated blocks, not apparent length: fjall preallocates its
+                    // write-ahead file, and page files are sparse.
                     _ => e
                         .metadata()
                         .map_or(0, |m| std::os::unix::fs::MetadataExt::blocks(&m) * 512),
@@ -88,7 +89,7 @@ fn main() {
     let disk = dir_size(&path);
     let pages = store.pages_disk_space();
     let bits = d.geometry.total_bits();
-    let memory = bits.div_ceil(u64::from(PAGE_BITS)) * u64::from(PAGE_BITS) * 4;
+    let memory = bits.div_ceil(u64::from(PAGE_BITS)) * u64::from(PAGE_BITS);
     println!(
         "deduper: n = {n}, p = {p}, k = {}, m = {bits} bits in {} shards",
         d.geometry.hash_functions, d.geometry.shards
@@ -103,7 +104,7 @@ fn main() {
         disk as f64 / n as f64
     );
     println!(
-        "  of which stamp pages: {pages} bytes = {:.1} bytes per entity (the rest: journal preallocation, metadata)",
+        "  of which page files: {pages} bytes = {:.1} bytes per entity (the rest: fjall metadata)",
         pages as f64 / n as f64
     );
     println!(

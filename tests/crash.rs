@@ -54,14 +54,17 @@ async fn connect(port: u16) -> Channel {
     panic!("server on port {port} did not come up");
 }
 
-async fn kill_during_adds(fsync: bool) {
+/// `n`: the deduper's expected insertions. A small deduper checkpoints its
+/// page file many times before the kill (the journal soon outweighs its
+/// few pages); a large one mostly replays the journal.
+async fn kill_during_adds(fsync: bool, n: u64) {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let port = free_port();
     let mut child = spawn_server(port, &data, fsync);
     let channel = connect(port).await;
     DeduperAdminServiceClient::new(channel.clone())
-        .create_deduper(create_np("c", "d", 1_000_000, 0.001, 3600))
+        .create_deduper(create_np("c", "d", n, 0.001, 3600))
         .await
         .unwrap();
 
@@ -90,8 +93,17 @@ async fn kill_during_adds(fsync: bool) {
     while acked.lock().unwrap().len() < 20_000 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let page_file = data.join("filters").join("c").join("d.bits");
+    let saved_before_kill = page_file.exists();
     child.kill().expect("SIGKILL");
     child.wait().unwrap();
+    if n <= 20_000 {
+        assert!(
+            saved_before_kill,
+            "no checkpoint wrote {} before the kill",
+            page_file.display()
+        );
+    }
     for w in writers {
         w.await.unwrap();
     }
@@ -117,10 +129,16 @@ async fn kill_during_adds(fsync: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_loses_no_acknowledged_add() {
-    kill_during_adds(false).await;
+    kill_during_adds(false, 1_000_000).await;
+}
+
+/// The kill lands while page files are being rewritten in place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_during_page_file_checkpoints_loses_no_acknowledged_add() {
+    kill_during_adds(false, 20_000).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_loses_no_acknowledged_add_with_fsync() {
-    kill_during_adds(true).await;
+    kill_during_adds(true, 1_000_000).await;
 }

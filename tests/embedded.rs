@@ -15,10 +15,10 @@ backend_suite!(TestBackend::embedded());
 async fn memory_budget_refuses_dedupers_that_would_not_fit() {
     use common::{TestServer, create_geom, create_np};
     let mut backend = TestBackend::embedded();
-    backend.settings.storage.embedded.max_memory_mib = 64;
+    backend.settings.storage.embedded.max_memory_mib = 16;
     let s = TestServer::start(&backend).await;
     let mut admin = s.admin();
-    // n = 1e6 at p = 1%: 9.6 million bits, about 37 MiB.
+    // n = 1e6 at p = 1%: 9.6 million bits, one byte each: about 9.3 MiB.
     admin
         .create_deduper(create_np("c", "fits", 1_000_000, 0.01, 60))
         .await

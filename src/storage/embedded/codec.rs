@@ -1,7 +1,9 @@
 //! Keys and values of the embedded store's three fjall keyspaces:
 //!
 //! - `meta`:    `<client>\0<name>` -> deduper config as JSON
-//! - `pages`:   `<client>\0<name>\0<shard u32 BE><page u32 BE>` -> stamps (u32 LE each)
+//! - `pages`:   (earlier versions only, read once to migrate)
+//!   `<client>\0<name>\0<shard u32 BE><page u32 BE>` -> 1,024-bit pages of
+//!   stamps, u32 LE seconds each
 //! - `journal`: `<seq u64 BE>` -> one write: `<client>\0<name>\0<stamp u32 LE>`
 //!   then per touched shard `<shard u32 LE><count u32 LE><bit u32 LE>*count`
 //!
@@ -25,6 +27,8 @@ pub fn client_prefix(client_id: &str) -> Vec<u8> {
     k
 }
 
+/// A legacy page key (tests write them to check the migration).
+#[cfg(test)]
 pub fn page_key(deduper: &[u8], shard: u32, page: u32) -> Vec<u8> {
     let mut k = Vec::with_capacity(deduper.len() + 9);
     k.extend_from_slice(deduper);
@@ -46,7 +50,15 @@ pub fn parse_page_key(key: &[u8]) -> Result<(&[u8], u32, u32), StorageError> {
     Ok((deduper, shard, page))
 }
 
-/// Encodes one write of `bits` (sorted) at `stamp`.
+/// An expiry time in ms as the journal stores it: whole seconds since the
+/// Unix epoch, rounded up (a bit may outlive its TTL by under a second,
+/// never the reverse), at least 1.
+pub fn expire_seconds(expire_ms: i64) -> u32 {
+    let secs = expire_ms.max(1).div_euclid(1000) + i64::from(expire_ms.rem_euclid(1000) != 0);
+    secs.clamp(1, i64::from(u32::MAX)) as u32
+}
+
+/// Encodes one write of `bits` (sorted) expiring at `stamp` ([`expire_seconds`]).
 pub fn encode_write(deduper: &[u8], stamp: u32, bits: &[BitAddr]) -> Vec<u8> {
     let mut out = Vec::with_capacity(deduper.len() + 5 + bits.len() * 4 + 64);
     out.extend_from_slice(deduper);
@@ -120,6 +132,14 @@ mod tests {
         assert_eq!(w.stamp, 1_700_000_000);
         assert_eq!(w.bits, bits);
         assert!(decode_write(&enc[..enc.len() - 2]).is_err());
+    }
+
+    #[test]
+    fn journal_expiries_round_up_to_whole_seconds() {
+        assert_eq!(expire_seconds(1_764_460_800_000), 1_764_460_800);
+        assert_eq!(expire_seconds(1_764_460_800_001), 1_764_460_801);
+        assert_eq!(expire_seconds(999), 1);
+        assert_eq!(expire_seconds(0), 1);
     }
 
     #[test]

@@ -1,63 +1,164 @@
-//! One deduper's bits in memory: per shard, lazily allocated pages of expiry
-//! stamps. A stamp is the expiry time in whole seconds since the Unix epoch,
-//! rounded up (so a bit may outlive its TTL by under a second, never the
-//! reverse); 0 means never set. Writes are lock-free `fetch_max`, which is
-//! what keeps an expiry from moving backwards.
+//! One deduper's bits in memory: per shard, lazily allocated pages of
+//! one-byte expiry stamps.
+//!
+//! Time is counted in ticks of the filter's resolution, `tick_ms`
+//! ([`tick_ms_for`]: `expiry_seconds / 127` rounded up to whole seconds,
+//! at least 1 s), so the longest TTL a deduper accepts spans at most 127
+//! ticks. Each page holds a base tick; stamp `t` (1 to 255) stands for an
+//! expiry at `(base + t) * tick_ms` ms since the Unix epoch, and 0 means
+//! unset. Expiries are rounded up to whole ticks: a bit may outlive its TTL
+//! by less than one tick (under 0.8% of `expiry_seconds`, or under 1 s),
+//! never the reverse, so the rounding adds no false negative.
+//!
+//! When a write needs a stamp above 255, the page rolls its base forward to
+//! the tick before now: every stamp drops by the shift, and those that reach
+//! 0 had expired. A roll rewrites one page under its seqlock (`version`, odd
+//! while it runs): readers retry around it, and a write that raced it
+//! retries too - at worst it leaves a stamp later than asked, never earlier.
+//!
+//! Every write raises stamps with an atomic max, so an expiry never moves
+//! backwards and writes may be applied in any order.
 
+use std::hint::spin_loop;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering, fence};
 
 use crate::contract::sizing::Geometry;
 
-/// Bits per page: the unit of allocation, dirtiness and persistence (4 KiB).
-pub const PAGE_BITS: u32 = 1024;
+/// Bytes of one page as stored on disk: a [`HEADER_BYTES`] header, then
+/// one stamp per bit. 4 KiB, so a page is one filesystem block.
+pub const PAGE_BYTES: usize = 4096;
+/// Stored page header: crc32 (of the rest), base tick, tick length in
+/// seconds, stamp count; four little-endian `u32`s.
+pub const HEADER_BYTES: usize = 16;
+/// Bits per page: the unit of allocation, dirtiness and persistence.
+pub const PAGE_BITS: u32 = (PAGE_BYTES - HEADER_BYTES) as u32;
+/// Ticks the longest TTL of a deduper spans at most.
+pub const SPAN_TICKS: u64 = 127;
+const MAX_STAMP: u32 = u8::MAX as u32;
 
-/// Stamp for an expiry time in ms: whole seconds, rounded up, at least 1.
-pub fn stamp_of(expire_ms: i64) -> u32 {
-    let secs = expire_ms.max(1).div_euclid(1000) + i64::from(expire_ms.rem_euclid(1000) != 0);
-    secs.clamp(1, i64::from(u32::MAX)) as u32
-}
-
-/// Latest expiry time a stamp holds, in ms since the Unix epoch
-/// (2106-02-07T06:28:15Z); later ones would be cut short, so the engine
-/// refuses them.
+/// Latest expiry time the store can hold, in ms since the Unix epoch
+/// (2106-02-07T06:28:15Z: ticks are `u32`s of at least one second); the
+/// engine refuses later ones.
 pub const MAX_EXPIRE_MS: i64 = u32::MAX as i64 * 1000;
 
-/// Expiry time in ms of a non-zero stamp.
-pub fn expire_ms_of(stamp: u32) -> i64 {
-    i64::from(stamp) * 1000
+/// Tick length, in ms, for a deduper whose longest TTL is `expiry_seconds`
+/// (s): `ceil(expiry_seconds / 127)` whole seconds, at least 1 s.
+pub fn tick_ms_for(expiry_seconds: u64) -> u64 {
+    expiry_seconds.div_ceil(SPAN_TICKS).max(1) * 1000
 }
 
-/// A page of stamps plus a flag saying it changed since it was last persisted.
+/// A page of stamps, its base tick, seqlock and dirty flag.
 pub struct Page {
-    stamps: Box<[AtomicU32]>,
+    base: AtomicU32,
+    /// Seqlock: odd while a roll rewrites `base` and the stamps.
+    version: AtomicU32,
     dirty: AtomicBool,
+    stamps: Box<[AtomicU8]>,
 }
 
 impl Page {
     fn new(len: u32) -> Page {
         Page {
-            stamps: (0..len).map(|_| AtomicU32::new(0)).collect(),
+            base: AtomicU32::new(0),
+            version: AtomicU32::new(0),
             dirty: AtomicBool::new(false),
+            stamps: (0..len).map(|_| AtomicU8::new(0)).collect(),
         }
     }
 
-    /// Raises stamp `i` to at least `stamp`; returns the previous stamp.
-    /// Marks the page dirty even when nothing changed: the writer's journal
-    /// record may be checkpointed away, so the page must be saved after it.
-    fn raise(&self, i: usize, stamp: u32) -> u32 {
-        // Most raises within one second find the same stamp already there:
-        // a plain load then skips the locked read-modify-write.
-        let current = self.stamps[i].load(Ordering::Acquire);
-        let prev = if current >= stamp {
-            current
-        } else {
-            self.stamps[i].fetch_max(stamp, Ordering::AcqRel)
-        };
-        if !self.dirty.load(Ordering::Acquire) {
-            self.dirty.store(true, Ordering::Release);
+    /// Waits out a roll; returns the (even) version to validate against.
+    fn begin_read(&self) -> u32 {
+        loop {
+            let v = self.version.load(Ordering::Acquire);
+            if v & 1 == 0 {
+                return v;
+            }
+            spin_loop();
         }
-        prev
+    }
+
+    fn validate(&self, v: u32) -> bool {
+        fence(Ordering::Acquire);
+        self.version.load(Ordering::Relaxed) == v
+    }
+
+    /// Expiry tick of stamp `i`, 0 when unset.
+    fn get(&self, i: usize) -> u32 {
+        loop {
+            let v = self.begin_read();
+            let base = self.base.load(Ordering::Relaxed);
+            let s = u32::from(self.stamps[i].load(Ordering::Relaxed));
+            if self.validate(v) {
+                return if s == 0 { 0 } else { base + s };
+            }
+        }
+    }
+
+    /// Raises stamp `i` to cover `tick`, rolling the page when needed.
+    /// Returns whether this call dirtied a clean page. Errors when `tick`
+    /// is more than 255 ticks past `now_tick - 1` (the filter's tick is
+    /// too short for it).
+    fn raise(&self, i: usize, tick: u32, now_tick: u32) -> Result<bool, TooFar> {
+        loop {
+            let v = self.begin_read();
+            let base = self.base.load(Ordering::Relaxed);
+            // A tick at or before the base expired already (the clock went
+            // back): keep it as the earliest stamp, later than asked.
+            let t = tick.saturating_sub(base).max(1);
+            if t > MAX_STAMP {
+                // A roll that finds the base moved on lost a race: look again.
+                if !self.roll(now_tick.saturating_sub(1)) && self.base.load(Ordering::Acquire) == base {
+                    return Err(TooFar);
+                }
+                continue;
+            }
+            let t = t as u8;
+            // Most raises find the stamp high enough: a plain load skips the RMW.
+            if self.stamps[i].load(Ordering::Acquire) < t {
+                self.stamps[i].fetch_max(t, Ordering::AcqRel);
+            }
+            if self.version.load(Ordering::Acquire) != v {
+                continue; // raced a roll: raise again against the new base
+            }
+            // Dirty even when nothing changed: the writer's journal record
+            // may be checkpointed away, so the page must be saved after it.
+            return Ok(!self.dirty.load(Ordering::Acquire) && !self.dirty.swap(true, Ordering::AcqRel));
+        }
+    }
+
+    /// Moves the base forward to `new_base` (a tick already past), shifting
+    /// every stamp down; those reaching 0 had expired. Returns false when
+    /// the base is at or past `new_base` already.
+    fn roll(&self, new_base: u32) -> bool {
+        let v = loop {
+            let v = self.version.load(Ordering::Relaxed);
+            if v & 1 == 0
+                && self
+                    .version
+                    .compare_exchange_weak(v, v + 1, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                break v;
+            }
+            spin_loop();
+        };
+        fence(Ordering::Release);
+        let base = self.base.load(Ordering::Relaxed);
+        let advanced = new_base > base;
+        if advanced {
+            let shift = (new_base - base).min(MAX_STAMP) as u8;
+            for s in self.stamps.iter() {
+                // An RMW, not a store: a racing raise is then either shifted
+                // or left later than asked, never lost.
+                let _ = s.fetch_update(Ordering::AcqRel, Ordering::Acquire, |x| {
+                    (x != 0).then(|| x.saturating_sub(shift))
+                });
+            }
+            self.base.store(new_base, Ordering::Relaxed);
+        }
+        self.version.store(v + 2, Ordering::Release);
+        advanced
     }
 
     /// Marks the page as needing to be saved.
@@ -70,72 +171,140 @@ impl Page {
         self.dirty.swap(false, Ordering::AcqRel)
     }
 
-    /// Zeroes every stamp that expired before `now_stamp`; returns whether
-    /// any did (and then marks the page dirty so the sweep is persisted).
-    pub fn sweep(&self, now_stamp: u32) -> bool {
-        let mut swept = false;
-        for s in self.stamps.iter() {
-            let v = s.load(Ordering::Relaxed);
-            // A concurrent raise wins the race: the CAS then fails and we leave it.
-            if v != 0 && v < now_stamp && s.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-                swept = true;
-            }
-        }
-        if swept {
-            self.dirty.store(true, Ordering::Release);
-        }
-        swept
-    }
-
-    /// The stamps as little-endian `u32`s, or `None` when all are zero.
-    pub fn encode(&self) -> Option<Vec<u8>> {
-        let mut out = Vec::with_capacity(self.stamps.len() * 4);
-        let mut any = false;
-        for s in self.stamps.iter() {
-            let v = s.load(Ordering::Acquire);
-            any |= v != 0;
-            out.extend_from_slice(&v.to_le_bytes());
-        }
-        any.then_some(out)
-    }
-
-    /// Merges stored stamps into the page (max, so order does not matter).
-    fn merge_encoded(&self, bytes: &[u8]) {
-        for (s, chunk) in self.stamps.iter().zip(bytes.chunks_exact(4)) {
-            let v = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
-            if v != 0 {
-                s.fetch_max(v, Ordering::AcqRel);
+    /// Writes the page as stored ([`HEADER_BYTES`] header, then the stamps)
+    /// into `out`; returns false when no stamp is set.
+    pub fn encode(&self, tick_ms: u64, out: &mut Vec<u8>) -> bool {
+        loop {
+            out.clear();
+            let v = self.begin_read();
+            let base = self.base.load(Ordering::Relaxed);
+            out.extend_from_slice(&[0; 4]);
+            out.extend_from_slice(&base.to_le_bytes());
+            out.extend_from_slice(&((tick_ms / 1000) as u32).to_le_bytes());
+            out.extend_from_slice(&(self.stamps.len() as u32).to_le_bytes());
+            out.extend(self.stamps.iter().map(|s| s.load(Ordering::Relaxed)));
+            if self.validate(v) {
+                let crc = crc32fast::hash(&out[4..]);
+                out[..4].copy_from_slice(&crc.to_le_bytes());
+                return out[HEADER_BYTES..].iter().any(|&s| s != 0);
             }
         }
     }
+
+    /// Live stamps (expiry tick at or after `first_live`).
+    fn count_live(&self, first_live: u32) -> u64 {
+        loop {
+            let v = self.begin_read();
+            let base = self.base.load(Ordering::Relaxed);
+            let n = if first_live <= base + 1 {
+                self.stamps.iter().filter(|s| s.load(Ordering::Relaxed) != 0).count()
+            } else if first_live - base > MAX_STAMP {
+                0
+            } else {
+                let min = (first_live - base) as u8;
+                self.stamps.iter().filter(|s| s.load(Ordering::Relaxed) >= min).count()
+            };
+            if self.validate(v) {
+                return n as u64;
+            }
+        }
+    }
+}
+
+/// An expiry more than 255 ticks ahead of now: the filter's tick is too
+/// short for it (see [`Filter::fits`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooFar;
+
+/// A stored page as read back by [`Filter::load_page`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Loaded {
+    /// Never written (all zero).
+    Empty,
+    /// Checksum good; merged.
+    Good,
+    /// Checksum bad (a write torn by a power loss): every set stamp was
+    /// kept as if it expired a full `expiry` after now.
+    Torn,
 }
 
 type Shard = Box<[OnceLock<Page>]>;
 
 /// All pages of one deduper.
 pub struct Filter {
+    tick_ms: u64,
     page_len: u32,
     pages_per_shard: u32,
     shards: Box<[OnceLock<Shard>]>,
+    /// Pages whose dirty flag is set (approximate while writes run).
+    dirty_pages: AtomicU64,
 }
 
 impl Filter {
-    pub fn new(geometry: &Geometry) -> Filter {
+    /// An empty filter of `geometry` whose ticks last `tick_ms` ms (a whole
+    /// number of seconds, see [`tick_ms_for`]).
+    pub fn new(geometry: &Geometry, tick_ms: u64) -> Filter {
         let page_len = geometry.bits_per_shard.min(PAGE_BITS);
         Filter {
+            tick_ms: tick_ms.max(1000) / 1000 * 1000,
             page_len,
             pages_per_shard: geometry.bits_per_shard.div_ceil(page_len),
             shards: (0..geometry.shards).map(|_| OnceLock::new()).collect(),
+            dirty_pages: AtomicU64::new(0),
         }
     }
 
     /// Memory a filter of this geometry takes once every page is written, in
-    /// bytes: 4 bytes per bit plus the page index.
+    /// bytes: one byte per bit plus the page index.
     pub fn full_memory_bytes(geometry: &Geometry) -> u64 {
         let page_len = u64::from(geometry.bits_per_shard.min(PAGE_BITS));
         let pages = u64::from(geometry.shards) * u64::from(geometry.bits_per_shard).div_ceil(page_len);
         let index = (std::mem::size_of::<OnceLock<Page>>() + std::mem::size_of::<Page>()) as u64;
-        pages * (page_len * 4 + index) + u64::from(geometry.shards) * std::mem::size_of::<OnceLock<Shard>>() as u64
+        pages * (page_len + index) + u64::from(geometry.shards) * std::mem::size_of::<OnceLock<Shard>>() as u64
+    }
+
+    /// Tick length, in ms.
+    pub fn tick_ms(&self) -> u64 {
+        self.tick_ms
+    }
+
+    /// Bits per stored page (the last page of a shard may use fewer).
+    pub fn page_len(&self) -> u32 {
+        self.page_len
+    }
+
+    /// Number of shards.
+    pub fn shard_count(&self) -> u64 {
+        self.shards.len() as u64
+    }
+
+    /// Pages per shard.
+    pub fn pages_per_shard(&self) -> u32 {
+        self.pages_per_shard
+    }
+
+    /// The tick holding an expiry of `expire_ms` (ms since the Unix epoch),
+    /// rounded up; at least 1.
+    pub fn tick_of(&self, expire_ms: i64) -> u32 {
+        let t = (expire_ms.max(1) as u64).div_ceil(self.tick_ms);
+        t.clamp(1, u64::from(u32::MAX)) as u32
+    }
+
+    /// Expiry time, in ms since the Unix epoch, that `tick` stands for.
+    pub fn expire_ms_of(&self, tick: u32) -> i64 {
+        i64::from(tick) * self.tick_ms as i64
+    }
+
+    /// Whether an expiry of `expire_ms` can be stored at `now_ms` (both ms
+    /// since the Unix epoch): at most 255 ticks past the tick before now.
+    pub fn fits(&self, expire_ms: i64, now_ms: i64) -> bool {
+        let floor_now = (now_ms.max(0) as u64 / self.tick_ms) as u32;
+        u64::from(self.tick_of(expire_ms)) <= u64::from(floor_now.saturating_sub(1)) + u64::from(MAX_STAMP)
+    }
+
+    /// The tick raises at `now_ms` roll pages against (floor of now).
+    pub fn now_tick(&self, now_ms: i64) -> u32 {
+        (now_ms.max(0) as u64 / self.tick_ms).min(u64::from(u32::MAX)) as u32
     }
 
     fn locate(&self, shard: u32, bit: u32) -> (usize, usize, usize) {
@@ -158,10 +327,20 @@ impl Filter {
         Some(pages.get(page)?.get_or_init(|| Page::new(self.page_len)))
     }
 
-    /// The stamp of a bit (0 when never set or out of range).
+    /// The expiry tick of a bit (0 when unset or out of range).
     pub fn get(&self, shard: u32, bit: u32) -> u32 {
         let (s, p, i) = self.locate(shard, bit);
-        self.page(s, p).map_or(0, |page| page.stamps[i].load(Ordering::Acquire))
+        self.page(s, p)
+            .and_then(|page| (i < page.stamps.len()).then(|| page.get(i)))
+            .unwrap_or(0)
+    }
+
+    /// The expiry of a bit in ms since the Unix epoch, `None` when unset.
+    pub fn get_expire_ms(&self, shard: u32, bit: u32) -> Option<i64> {
+        match self.get(shard, bit) {
+            0 => None,
+            t => Some(self.expire_ms_of(t)),
+        }
     }
 
     /// Hints the CPU to load a bit's stamp into cache. A batch touches
@@ -174,7 +353,7 @@ impl Filter {
         {
             let (s, p, i) = self.locate(shard, bit);
             if let Some(stamp) = self.page(s, p).and_then(|page| page.stamps.get(i)) {
-                let ptr = stamp as *const AtomicU32 as *const i8;
+                let ptr = stamp as *const AtomicU8 as *const i8;
                 // SAFETY: a prefetch is only a hint: it reads nothing and
                 // never faults; `ptr` points into a live page besides.
                 unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(ptr) };
@@ -184,18 +363,145 @@ impl Filter {
         let _ = (shard, bit);
     }
 
-    /// Raises a bit's stamp to at least `stamp`; returns the previous one.
-    /// Out-of-range addresses (impossible for validated input) are ignored.
-    pub fn raise(&self, shard: u32, bit: u32, stamp: u32) -> u32 {
+    /// Raises a bit to cover `tick`; `now_tick` is [`Filter::now_tick`] of
+    /// the write. Out-of-range addresses (impossible for validated input)
+    /// are ignored. Errors with [`TooFar`] unless [`Filter::fits`] held.
+    pub fn raise(&self, shard: u32, bit: u32, tick: u32, now_tick: u32) -> Result<(), TooFar> {
         let (s, p, i) = self.locate(shard, bit);
-        self.page_or_alloc(s, p).map_or(0, |page| page.raise(i, stamp))
+        match self.page_or_alloc(s, p) {
+            Some(page) if i < page.stamps.len() => self.raise_in(page, i, tick, now_tick),
+            _ => Ok(()),
+        }
     }
 
-    /// Merges a persisted page into memory.
-    pub fn load_page(&self, shard: u32, page: u32, bytes: &[u8]) {
-        if let Some(p) = self.page_or_alloc(shard as usize, page as usize) {
-            p.merge_encoded(bytes);
+    fn raise_in(&self, page: &Page, i: usize, tick: u32, now_tick: u32) -> Result<(), TooFar> {
+        if page.raise(i, tick, now_tick)? {
+            self.dirty_pages.fetch_add(1, Ordering::Relaxed);
         }
+        Ok(())
+    }
+
+    /// Bytes of pages waiting to be saved (as stored: [`PAGE_BYTES`] each,
+    /// header included; approximate while writes run).
+    pub fn dirty_bytes(&self) -> u64 {
+        self.dirty_pages.load(Ordering::Relaxed) * (u64::from(self.page_len) + HEADER_BYTES as u64)
+    }
+
+    /// Clears a page's dirty flag, returning whether it was set.
+    pub fn take_dirty(&self, page: &Page) -> bool {
+        let was = page.take_dirty();
+        if was {
+            let _ = self
+                .dirty_pages
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| Some(n.saturating_sub(1)));
+        }
+        was
+    }
+
+    /// Marks a page dirty again (a save failed).
+    pub fn mark_dirty(&self, page: &Page) {
+        if !page.dirty.swap(true, Ordering::AcqRel) {
+            self.dirty_pages.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Merges a stored page (as written by [`Page::encode`]) into memory,
+    /// max with what is there; expired stamps are skipped. A good page
+    /// stays clean (it is on disk); a torn one is dirty. A page with a
+    /// bad checksum (torn by a power loss) keeps every set stamp until
+    /// `now_ms + expiry_ms`, the latest any write can have asked for, so no
+    /// bit is lost. Errors: `TooFar` when a stored expiry does not fit this
+    /// filter's ticks (a stored tick longer than this filter's).
+    pub fn load_page(
+        &self,
+        shard: u32,
+        page_no: u32,
+        bytes: &[u8],
+        now_ms: i64,
+        expiry_ms: i64,
+    ) -> Result<Loaded, TooFar> {
+        if bytes.iter().all(|&b| b == 0) {
+            return Ok(Loaded::Empty);
+        }
+        let word = |i: usize| {
+            bytes
+                .get(i..i + 4)
+                .map_or(0, |w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+        };
+        let stamps = bytes.get(HEADER_BYTES..).unwrap_or_default();
+        let good = bytes.len() >= HEADER_BYTES
+            && word(0) == crc32fast::hash(&bytes[4..])
+            && word(8) > 0
+            && word(12) as usize == stamps.len();
+        let now_tick = self.now_tick(now_ms);
+        let Some(page) = self.page_or_alloc(shard as usize, page_no as usize) else {
+            return Ok(Loaded::Empty);
+        };
+        let (base, stored_tick_ms) = (u64::from(word(4)), u64::from(word(8)) * 1000);
+        let torn_tick = self.tick_of(now_ms.saturating_add(expiry_ms));
+        for (i, &s) in stamps.iter().enumerate().take(page.stamps.len()) {
+            if s == 0 {
+                continue;
+            }
+            let tick = if good {
+                let expire = (base + u64::from(s)) * stored_tick_ms;
+                if (expire as i64) < now_ms {
+                    continue;
+                }
+                self.tick_of(expire as i64)
+            } else {
+                torn_tick
+            };
+            self.raise_in(page, i, tick, now_tick)?;
+        }
+        if good {
+            // On disk already: only later writes make it dirty again.
+            self.take_dirty(page);
+            Ok(Loaded::Good)
+        } else {
+            self.mark_dirty(page);
+            Ok(Loaded::Torn)
+        }
+    }
+
+    /// The tick, in ms, a stored page was written with (0 if unreadable).
+    pub fn stored_tick_ms(bytes: &[u8]) -> u64 {
+        bytes
+            .get(8..12)
+            .map_or(0, |w| u64::from(u32::from_le_bytes([w[0], w[1], w[2], w[3]])))
+            * 1000
+    }
+
+    /// A copy of this filter with ticks of `tick_ms` (longer than this
+    /// one's), each expiry rounded up to the new ticks; expired bits are
+    /// dropped and every copied page is dirty. Used when a deduper's
+    /// `expiry_seconds` grows past what the ticks can span.
+    pub fn retick(&self, geometry: &Geometry, tick_ms: u64, now_ms: i64) -> Filter {
+        let out = Filter::new(geometry, tick_ms.max(self.tick_ms));
+        let now_tick = out.now_tick(now_ms);
+        for (s, p, page) in self.pages() {
+            let Some(dst) = out.page_or_alloc(s as usize, p as usize) else {
+                continue;
+            };
+            for i in 0..page.stamps.len() {
+                let tick = page.get(i);
+                if tick == 0 || self.expire_ms_of(tick) < now_ms {
+                    continue;
+                }
+                // Longer ticks: the expiry is at most 129 old ticks ahead,
+                // so at most 130 new ones - it fits.
+                let _ = out.raise_in(dst, i, out.tick_of(self.expire_ms_of(tick)), now_tick);
+            }
+            out.mark_dirty(dst);
+        }
+        out
+    }
+
+    /// Bits whose expiry is at or after `now_ms` (ms since the Unix epoch).
+    /// Reads every allocated page once: O(m) bytes, about 1 ms per 10^7 bits.
+    pub fn count_live(&self, now_ms: i64) -> u64 {
+        let first_live = self.tick_of(now_ms);
+        self.pages().map(|(_, _, p)| p.count_live(first_live)).sum()
     }
 
     /// Every allocated page with its shard and page index.
@@ -214,79 +520,5 @@ impl Filter {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn filter(shards: u32, bps: u32) -> Filter {
-        Filter::new(&Geometry {
-            hash_functions: 3,
-            shards,
-            bits_per_shard: bps,
-        })
-    }
-
-    #[test]
-    fn stamps_round_expiry_up_to_whole_seconds() {
-        assert_eq!(stamp_of(1_764_460_800_000), 1_764_460_800);
-        assert_eq!(stamp_of(1_764_460_800_001), 1_764_460_801);
-        assert_eq!(stamp_of(999), 1);
-        assert_eq!(stamp_of(0), 1);
-        assert!(expire_ms_of(stamp_of(1_234_567)) >= 1_234_567);
-    }
-
-    #[test]
-    fn raise_never_moves_backwards() {
-        let f = filter(2, 5000);
-        assert_eq!(f.get(1, 4999), 0);
-        assert_eq!(f.raise(1, 4999, 100), 0);
-        assert_eq!(f.raise(1, 4999, 50), 100);
-        assert_eq!(f.get(1, 4999), 100);
-        assert_eq!(f.raise(1, 4999, 200), 100);
-        assert_eq!(f.get(1, 4999), 200);
-        assert_eq!(f.get(0, 4999), 0);
-        // Out of range is ignored, not a panic.
-        assert_eq!(f.raise(2, 0, 1), 0);
-        assert_eq!(f.get(1, 5000), 0);
-    }
-
-    #[test]
-    fn pages_round_trip_and_sweep() {
-        let f = filter(3, 3000);
-        f.raise(2, 2047, 10);
-        f.raise(2, 2048, 30);
-        let pages: Vec<_> = f.pages().map(|(s, p, _)| (s, p)).collect();
-        assert_eq!(pages, vec![(2, 1), (2, 2)]);
-        let g = filter(3, 3000);
-        for (s, p, page) in f.pages() {
-            assert!(page.take_dirty());
-            assert!(!page.take_dirty());
-            g.load_page(s, p, &page.encode().unwrap());
-        }
-        assert_eq!((g.get(2, 2047), g.get(2, 2048)), (10, 30));
-        let (_, _, page) = f.pages().next().unwrap();
-        assert!(page.sweep(20));
-        assert!(page.take_dirty());
-        assert_eq!(page.encode(), None);
-        assert_eq!(f.get(2, 2048), 30);
-    }
-
-    #[test]
-    fn full_memory_is_four_bytes_per_bit_plus_a_small_index() {
-        let g = Geometry {
-            hash_functions: 7,
-            shards: 10,
-            bits_per_shard: 958_506,
-        };
-        let bytes = Filter::full_memory_bytes(&g);
-        let stamps = 10 * 958_506u64.div_ceil(1024) * 1024 * 4;
-        assert!(bytes > stamps && bytes < stamps + stamps / 50, "{bytes} vs {stamps}");
-    }
-
-    #[test]
-    fn tiny_shards_get_tiny_pages() {
-        let f = filter(1, 48);
-        f.raise(0, 47, 1);
-        let (_, _, page) = f.pages().next().unwrap();
-        assert_eq!(page.encode().unwrap().len(), 48 * 4);
-    }
-}
+#[path = "filter_tests.rs"]
+mod tests;

@@ -1,13 +1,20 @@
 //! The embedded store: the default backend, one process, nothing to install.
 //!
-//! Bits live in memory as pages of expiry stamps ([`filter`]), answering
-//! reads without I/O. Durability comes from fjall (a pure-Rust LSM engine):
-//! every write request appends one compact record to a journal keyspace
-//! before it is acknowledged, and a background checkpoint saves the pages
-//! that changed and then drops the journal records they cover. Because a
-//! write only ever raises a stamp (max), records can be replayed in any order
-//! and replaying one twice is harmless, which keeps recovery simple: load
-//! the pages, replay the journal.
+//! Bits live in memory as pages of one-byte expiry stamps ([`filter`]),
+//! answering reads without I/O. Every write request appends one compact
+//! record to a journal (a fjall keyspace; fjall is a pure-Rust LSM engine)
+//! before it is acknowledged; a background checkpoint writes the pages that
+//! changed in place into one file per deduper ([`pagefile`]), syncs it, and
+//! then drops the journal records they cover. Because a write only ever
+//! raises a stamp (max), records can be replayed in any order and replaying
+//! one twice is harmless, which keeps recovery simple: load the page files,
+//! replay the journal.
+//!
+//! Checkpoints scale with traffic, not with the filter: one runs only once
+//! the journal holds at least a fifth of the bytes of the pages waiting to
+//! be saved ([`PAGE_BYTES_PER_JOURNAL_BYTE`]), so each journal byte costs at
+//! most five bytes of page writes whatever the deduper's size, and the
+//! journal stays within about a fifth of the pages on disk.
 //!
 //! A write becomes visible only after its journal record was accepted
 //! (and, with `fsync`, synced): a write that fails leaves no bit raised, so
@@ -27,6 +34,7 @@
 
 mod codec;
 pub mod filter;
+mod pagefile;
 mod persist;
 mod requests;
 
@@ -41,7 +49,7 @@ use std::time::Duration;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use serde::Deserialize;
 
-use self::filter::{Filter, expire_ms_of, stamp_of};
+use self::filter::{Filter, tick_ms_for};
 use self::requests::Requests;
 use super::{BeforeWrite, BitAddr, Cell, Change, RequestKey, StorageError, Store};
 use crate::clock::now_ms;
@@ -55,17 +63,24 @@ pub struct EmbeddedConfig {
     pub path: PathBuf,
     /// `fdatasync` the journal before acknowledging each write. Default false.
     pub fsync: bool,
-    /// Checkpoint at least this often, in ms. Default 30,000. A checkpoint
-    /// rewrites every page touched since the last one.
+    /// How often the checkpoint considers saving pages, in ms. Default
+    /// 30,000. It saves them once the journal holds at least a fifth of the
+    /// bytes of the changed pages (so page writes stay within five bytes
+    /// per journal byte), and also early, without waiting for the interval,
+    /// once the journal holds a fifth of the dedupers' full size (at least
+    /// 8 MiB).
     pub checkpoint_interval_ms: u64,
-    /// Checkpoint early once this many journal bytes piled up (bounds the
-    /// replay at start-up). Default 128 MiB.
+    /// Checkpoint whatever the pages cost once this many journal bytes
+    /// piled up (bounds the replay at start-up). Default 256 MiB.
     pub checkpoint_journal_bytes: u64,
-    /// Physically drop expired bits this often, in seconds. Default 600.
+    /// Accepted for configurations written for earlier versions, and
+    /// ignored: expired stamps are now dropped when their page rolls
+    /// forward (see [`filter`]), with no sweep. In seconds.
     pub sweep_interval_seconds: u64,
     /// Memory the dedupers' bits may take, in MiB, counting each deduper at
-    /// its full size (4 bytes per bit, reached once it is filled). Creating
-    /// a deduper beyond it fails with `RESOURCE_EXHAUSTED`. Default 8,192.
+    /// its full size (1 byte per bit plus about 1% of page index, reached
+    /// once it is filled). Creating a deduper beyond it fails with
+    /// `RESOURCE_EXHAUSTED`. Default 8,192.
     pub max_memory_mib: u64,
     /// fjall block cache, in MiB. Default 4: reads are served from memory,
     /// and fjall is read back only at start-up.
@@ -83,7 +98,7 @@ impl Default for EmbeddedConfig {
             path: PathBuf::from("./data"),
             fsync: false,
             checkpoint_interval_ms: 30_000,
-            checkpoint_journal_bytes: 128 << 20,
+            checkpoint_journal_bytes: 256 << 20,
             sweep_interval_seconds: 600,
             max_memory_mib: 8192,
             cache_mib: 4,
@@ -96,10 +111,59 @@ fn unavailable(e: impl std::fmt::Display) -> StorageError {
     StorageError::Unavailable(format!("embedded store: {e}"))
 }
 
-/// One deduper's in-memory bits, plus the lock that makes read-and-write atomic.
+/// One deduper's in-memory bits, the lock that makes read-and-write atomic,
+/// and its page file.
 struct Entry {
-    filter: Filter,
+    /// Replaced as a whole (write lock) only to lengthen its ticks.
+    filter: RwLock<Filter>,
     rmw: Mutex<()>,
+    path: PathBuf,
+    /// Opened by the first checkpoint that saves a page.
+    file: Mutex<Option<pagefile::PageFile>>,
+}
+
+impl Entry {
+    fn new(config: &EmbeddedConfig, deduper: &Deduper) -> Entry {
+        Entry {
+            filter: RwLock::new(Filter::new(&deduper.geometry, tick_ms_for(deduper.expiry_seconds))),
+            rmw: Mutex::new(()),
+            path: pagefile::path(&config.path, &deduper.client_id, &deduper.name),
+            file: Mutex::new(None),
+        }
+    }
+
+    fn filter(&self) -> RwLockReadGuard<'_, Filter> {
+        self.filter.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The filter, after lengthening its ticks when `expire_ms` does not
+    /// fit them at `now_ms` or the deduper's expiry grew past them.
+    fn filter_for(&self, deduper: &Deduper, expire_ms: i64, now_ms: i64) -> RwLockReadGuard<'_, Filter> {
+        let want = |f: &Filter| {
+            let fit = tick_ms_for((expire_ms.saturating_sub(now_ms).max(0) as u64).div_ceil(1000));
+            tick_ms_for(deduper.expiry_seconds).max(if f.fits(expire_ms, now_ms) { 0 } else { fit })
+        };
+        {
+            let f = self.filter();
+            if want(&f) <= f.tick_ms() {
+                return f;
+            }
+        }
+        let mut f = self.filter.write().unwrap_or_else(|p| p.into_inner());
+        let tick_ms = want(&f);
+        if tick_ms > f.tick_ms() {
+            tracing::info!(
+                client_id = %deduper.client_id,
+                deduper = %deduper.name,
+                from_ms = f.tick_ms(),
+                to_ms = tick_ms,
+                "lengthening the deduper's expiry ticks (its expiry grew)"
+            );
+            *f = f.retick(&deduper.geometry, tick_ms, now_ms);
+        }
+        drop(f);
+        self.filter()
+    }
 }
 
 /// The open fjall database and its keyspaces; replaced as a whole when the
@@ -107,8 +171,13 @@ struct Entry {
 struct Handles {
     db: Database,
     meta: Keyspace,
+    /// Pages as earlier versions stored them (u32 stamps); read once at
+    /// start-up, then emptied by the first checkpoint.
     pages: Keyspace,
-    journal: Keyspace,
+    /// Two journal keyspaces used in turn: a checkpoint switches writers to
+    /// the other one, saves the pages, then clears the one it left whole
+    /// (fjall drops its tables at once, leaving nothing to compact).
+    journals: [Keyspace; 2],
     /// Remembered request answers (see `requests.rs`).
     requests: Keyspace,
     /// One key, rewritten by the health probe after a failed write.
@@ -137,7 +206,7 @@ impl Handles {
         Ok(Handles {
             meta: ks("meta", 4)?,
             pages: ks("pages", 4)?,
-            journal: ks("journal", 4)?,
+            journals: [ks("journal", 4)?, ks("journal-b", 4)?],
             requests: ks("requests", 4)?,
             probe: ks("probe", 1)?,
             db,
@@ -164,6 +233,11 @@ struct Inner {
     meta_lock: Mutex<u64>,
     next_seq: AtomicU64,
     journal_bytes: AtomicU64,
+    /// Index of the journal keyspace writers append to.
+    journal: std::sync::atomic::AtomicUsize,
+    /// The legacy `pages` keyspace had pages at start-up: empty it once
+    /// they are saved in page files.
+    legacy_pages: AtomicBool,
     checkpoint_lock: Mutex<()>,
     stop: Mutex<bool>,
     wake: Condvar,
@@ -193,6 +267,8 @@ impl EmbeddedStore {
             meta_lock: Mutex::new(0),
             next_seq: AtomicU64::new(0),
             journal_bytes: AtomicU64::new(0),
+            journal: std::sync::atomic::AtomicUsize::new(0),
+            legacy_pages: AtomicBool::new(false),
             checkpoint_lock: Mutex::new(()),
             stop: Mutex::new(false),
             wake: Condvar::new(),
@@ -212,11 +288,13 @@ impl EmbeddedStore {
         })
     }
 
-    /// Bytes the store occupies on disk (journal and tables).
+    /// Bytes the store occupies on disk: fjall's journal and tables plus
+    /// the page files (allocated blocks).
     pub fn disk_space(&self) -> u64 {
         self.inner
             .with_fjall(|h| Ok(h.db.disk_space().unwrap_or(0)))
             .unwrap_or(0)
+            + self.pages_disk_space()
     }
 
     /// Number of dedupers the store holds (for the `solus_dedupers` gauge).
@@ -224,10 +302,9 @@ impl EmbeddedStore {
         self.inner.entries.read().unwrap_or_else(|p| p.into_inner()).len()
     }
 
-    /// Bytes of the saved stamp pages on disk (tables only; without the
-    /// journal, whose files fjall preallocates).
+    /// Bytes of the page files on disk (allocated blocks).
     pub fn pages_disk_space(&self) -> u64 {
-        self.inner.with_fjall(|h| Ok(h.pages.disk_space())).unwrap_or(0)
+        pagefile::dir_usage(&self.inner.config.path.join("filters")).0
     }
 
     /// Bytes the remembered `request_id` answers take in memory, as counted
@@ -238,21 +315,17 @@ impl EmbeddedStore {
 
     /// Saves every changed page and truncates the journal now.
     pub fn checkpoint(&self) -> Result<(), StorageError> {
-        self.inner.checkpoint(false)
+        self.inner.checkpoint()
     }
 
-    /// Checkpoints, then flushes fjall's memtables to tables and compacts
-    /// them, so that `disk_space` shows the steady-state size (used by the
-    /// footprint benchmark; the background work does this gradually).
+    /// Checkpoints twice, so both journal keyspaces are cleared and
+    /// `disk_space` shows the steady-state size (used by the footprint
+    /// benchmark).
     pub fn compact(&self) -> Result<(), StorageError> {
-        self.inner.checkpoint(false)?;
-        self.inner.with_fjall(|h| {
-            for ks in [&h.meta, &h.pages, &h.journal] {
-                ks.rotate_memtable_and_wait().map_err(unavailable)?;
-                ks.major_compact().map_err(unavailable)?;
-            }
-            h.db.persist(PersistMode::SyncAll).map_err(unavailable)
-        })
+        self.inner.checkpoint()?;
+        self.inner.checkpoint()?;
+        self.inner
+            .with_fjall(|h| h.db.persist(PersistMode::SyncAll).map_err(unavailable))
     }
 
     /// Journals, then raises, the bits of one write; with `read`, returns
@@ -268,44 +341,56 @@ impl EmbeddedStore {
     ) -> Result<Vec<Cell>, StorageError> {
         let inner = &self.inner;
         let entry = inner.entry(deduper);
-        let stamp = stamp_of(expire_ms);
+        let now = now_ms();
         let _atomic = read
             .is_some()
             .then(|| entry.rmw.lock().unwrap_or_else(|p| p.into_inner()));
+        let filter = entry.filter_for(deduper, expire_ms, now);
+        let (tick, now_tick) = (filter.tick_of(expire_ms), filter.now_tick(now));
         let mut cells = Vec::new();
         if let Some(before_write) = read {
             cells.reserve(bits.len());
             for (i, a) in bits.iter().enumerate() {
                 if let Some(ahead) = bits.get(i + PREFETCH_AHEAD) {
-                    entry.filter.prefetch(ahead.shard, ahead.bit);
+                    filter.prefetch(ahead.shard, ahead.bit);
                 }
-                cells.push(cell_of(entry.filter.get(a.shard, a.bit)));
+                cells.push(cell_of(filter.get_expire_ms(a.shard, a.bit)));
             }
             before_write(&cells)?;
         }
-        let record = codec::encode_write(&codec::deduper_key(&deduper.client_id, &deduper.name), stamp, bits);
+        let record = codec::encode_write(
+            &codec::deduper_key(&deduper.client_id, &deduper.name),
+            codec::expire_seconds(expire_ms),
+            bits,
+        );
         let len = record.len() as u64;
         inner.with_write(|h| {
             let _commit = inner.commit.read().unwrap_or_else(|p| p.into_inner());
             let seq = inner.next_seq.fetch_add(1, Ordering::SeqCst);
-            h.journal.insert(seq.to_be_bytes(), record).map_err(unavailable)?;
+            let journal = &h.journals[inner.journal.load(Ordering::SeqCst)];
+            journal.insert(seq.to_be_bytes(), record).map_err(unavailable)?;
             if inner.config.fsync
                 && let Err(e) = h.db.persist(PersistMode::SyncData)
             {
                 // Best effort: fjall refuses writes after a failed sync, and
                 // the next checkpoint drops the record anyway.
-                let _ = h.journal.remove(seq.to_be_bytes());
+                let _ = journal.remove(seq.to_be_bytes());
                 return Err(unavailable(e));
             }
             for (i, a) in bits.iter().enumerate() {
                 if let Some(ahead) = bits.get(i + PREFETCH_AHEAD) {
-                    entry.filter.prefetch(ahead.shard, ahead.bit);
+                    filter.prefetch(ahead.shard, ahead.bit);
                 }
-                entry.filter.raise(a.shard, a.bit, stamp);
+                // `filter_for` made the expiry fit, against this same now.
+                filter
+                    .raise(a.shard, a.bit, tick, now_tick)
+                    .map_err(|_| StorageError::Corrupt(format!("expiry {expire_ms} ms does not fit the filter")))?;
             }
             Ok(())
         })?;
-        if inner.journal_bytes.fetch_add(len, Ordering::Relaxed) + len > inner.config.checkpoint_journal_bytes {
+        let before = inner.journal_bytes.fetch_add(len, Ordering::Relaxed);
+        // Let the checkpoint weigh its trigger every 4 MiB of journal.
+        if (before + len) >> 22 != before >> 22 {
             inner.wake.notify_one();
         }
         Ok(cells)
@@ -327,9 +412,9 @@ const PROBE_BYTES: usize = 1 << 20;
 /// several cache misses, few enough to stay in L1).
 const PREFETCH_AHEAD: usize = 8;
 
-fn cell_of(stamp: u32) -> Cell {
+fn cell_of(expire_ms: Option<i64>) -> Cell {
     Cell {
-        expire_ms: (stamp != 0).then(|| expire_ms_of(stamp)),
+        expire_ms,
         legacy: None,
     }
 }
@@ -405,12 +490,7 @@ impl Inner {
         }
         let mut map = self.entries.write().unwrap_or_else(|p| p.into_inner());
         map.entry(key)
-            .or_insert_with(|| {
-                Arc::new(Entry {
-                    filter: Filter::new(&deduper.geometry),
-                    rmw: Mutex::new(()),
-                })
-            })
+            .or_insert_with(|| Arc::new(Entry::new(&self.config, deduper)))
             .clone()
     }
 }
@@ -422,12 +502,12 @@ impl Store for EmbeddedStore {
 
     fn read_bits(&self, deduper: &Deduper, bits: &[BitAddr]) -> Result<Vec<Cell>, StorageError> {
         let entry = self.inner.entry(deduper);
-        let filter = &entry.filter;
+        let filter = entry.filter();
         let cells = bits.iter().enumerate().map(|(i, a)| {
             if let Some(ahead) = bits.get(i + PREFETCH_AHEAD) {
                 filter.prefetch(ahead.shard, ahead.bit);
             }
-            cell_of(filter.get(a.shard, a.bit))
+            cell_of(filter.get_expire_ms(a.shard, a.bit))
         });
         Ok(cells.collect())
     }
@@ -460,7 +540,7 @@ impl Store for EmbeddedStore {
             if reserved.saturating_add(need) > budget {
                 let mib = |b: u64| b.div_ceil(1 << 20);
                 return Err(StorageError::Capacity(format!(
-                    "deduper {:?} needs up to {} MiB of memory ({} bits x 4 bytes), but only {} of the embedded store's {} MiB \
+                    "deduper {:?} needs up to {} MiB of memory ({} bits x 1 byte, plus the page index), but only {} of the embedded store's {} MiB \
                      are left (storage.embedded.max_memory_mib); size it smaller or raise the budget",
                     deduper.name,
                     mib(need),
@@ -539,7 +619,7 @@ impl Store for EmbeddedStore {
         Ok(self.inner.requests.recall(key, now_ms()))
     }
 
-    /// Stamps are whole seconds in a `u32`: 2106-02-07T06:28:15Z.
+    /// Ticks are whole seconds or longer in a `u32`: 2106-02-07T06:28:15Z.
     fn max_expire_ms(&self) -> i64 {
         filter::MAX_EXPIRE_MS
     }
@@ -561,7 +641,7 @@ impl Store for EmbeddedStore {
     }
 
     fn flush(&self) -> Result<(), StorageError> {
-        self.inner.checkpoint(false)
+        self.inner.checkpoint()
     }
 }
 
@@ -572,7 +652,7 @@ impl Drop for EmbeddedStore {
         if let Some(w) = self.worker.lock().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = w.join();
         }
-        if let Err(e) = self.inner.checkpoint(false) {
+        if let Err(e) = self.inner.checkpoint() {
             tracing::warn!(error = %e, "final checkpoint failed; the journal will be replayed at next start");
         }
     }

@@ -1,8 +1,20 @@
-//! Persistence of the embedded store: recovery at start-up (load pages,
-//! replay the journal) and the background checkpoint (save changed pages,
-//! drop the journal records they cover, sweep expired stamps).
+//! Persistence of the embedded store: recovery at start-up (load the page
+//! files, migrate pages stored by earlier versions, replay the journal) and
+//! the background checkpoint (write changed pages in place, sync, drop the
+//! journal records they cover).
 
+use super::filter::{Loaded, TooFar};
 use super::*;
+
+/// Page bytes a checkpoint may write per journal byte it retires: the
+/// bound that makes disk writes scale with traffic, not with filter size.
+/// It also keeps the journal within a fifth of the changed pages.
+pub const PAGE_BYTES_PER_JOURNAL_BYTE: u64 = 5;
+/// Journal bytes that trigger a checkpoint without waiting for the
+/// interval, at least (see `checkpoint_interval_ms`).
+const EARLY_JOURNAL_BYTES: u64 = 8 << 20;
+/// Legacy page length (stamps of 4 bytes, 1,024 per page).
+const LEGACY_PAGE_BITS: u32 = 1024;
 
 impl Inner {
     pub(super) fn recover(&self) -> Result<(), StorageError> {
@@ -10,31 +22,42 @@ impl Inner {
     }
 
     fn recover_from(&self, h: &Handles) -> Result<(), StorageError> {
+        let started = std::time::Instant::now();
+        let now = now_ms();
         let mut map = HashMap::new();
+        let mut dedupers = HashMap::new();
         let mut reserved = 0u64;
         for kv in h.meta.iter() {
             let (key, value) = kv.into_inner().map_err(unavailable)?;
             let d = decode_meta(&value)?;
             reserved += Filter::full_memory_bytes(&d.geometry);
-            map.insert(
-                key.to_vec(),
-                Arc::new(Entry {
-                    filter: Filter::new(&d.geometry),
-                    rmw: Mutex::new(()),
-                }),
-            );
+            map.insert(key.to_vec(), Arc::new(Entry::new(&self.config, &d)));
+            dedupers.insert(key.to_vec(), d);
         }
-        let mut pages = 0u64;
+        let (mut pages, mut torn) = (0u64, 0u64);
+        for (key, entry) in &map {
+            let d = &dedupers[key];
+            let (p, t) = load_page_file(entry, d, now)?;
+            pages += p;
+            torn += t;
+        }
+        let mut legacy = 0u64;
         for kv in h.pages.iter() {
             let (key, value) = kv.into_inner().map_err(unavailable)?;
             let (deduper, shard, page) = codec::parse_page_key(&key)?;
-            if let Some(e) = map.get(deduper) {
-                e.filter.load_page(shard, page, &value);
-                pages += 1;
+            if let (Some(e), Some(d)) = (map.get(deduper), dedupers.get(deduper)) {
+                let first = page * d.geometry.bits_per_shard.min(LEGACY_PAGE_BITS);
+                for (i, w) in value.chunks_exact(4).enumerate() {
+                    let secs = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+                    raise_replayed(e, d, shard, first + i as u32, secs, now);
+                }
             }
+            legacy += 1;
         }
+        self.legacy_pages.store(legacy > 0, Ordering::SeqCst);
         let (mut records, mut next) = (0u64, 0u64);
-        for kv in h.journal.iter() {
+        let mut journal_bytes = 0u64;
+        for kv in h.journals.iter().flat_map(|j| j.iter()) {
             let (key, value) = kv.into_inner().map_err(unavailable)?;
             let seq = u64::from_be_bytes(
                 key.as_ref()
@@ -42,12 +65,13 @@ impl Inner {
                     .map_err(|_| StorageError::Corrupt("journal key".into()))?,
             );
             let w = codec::decode_write(&value)?;
-            if let Some(e) = map.get(w.deduper) {
+            if let (Some(e), Some(d)) = (map.get(w.deduper), dedupers.get(w.deduper)) {
                 for a in &w.bits {
-                    e.filter.raise(a.shard, a.bit, w.stamp);
+                    raise_replayed(e, d, a.shard, a.bit, w.stamp, now);
                 }
             }
             records += 1;
+            journal_bytes += value.len() as u64;
             next = next.max(seq + 1);
         }
         let mut requests = 0u64;
@@ -55,11 +79,19 @@ impl Inner {
             let (key, value) = kv.into_inner().map_err(unavailable)?;
             requests += u64::from(self.requests.load(&key, &value, now_ms()));
         }
+        if torn > 0 {
+            tracing::warn!(
+                torn_pages = torn,
+                "pages with a bad checksum (a write torn by a power loss) were loaded keeping every set bit for a full expiry"
+            );
+        }
         tracing::info!(
             dedupers = map.len(),
             requests,
             pages,
+            legacy_pages = legacy,
             journal_records = records,
+            elapsed_ms = started.elapsed().as_millis() as u64,
             "embedded store recovered"
         );
         if reserved > self.config.max_memory_mib.saturating_mul(1 << 20) {
@@ -71,14 +103,14 @@ impl Inner {
         }
         *self.meta_lock.lock().unwrap_or_else(|p| p.into_inner()) = reserved;
         self.next_seq.store(next, Ordering::SeqCst);
+        self.journal_bytes.store(journal_bytes, Ordering::SeqCst);
         *self.entries.write().unwrap_or_else(|p| p.into_inner()) = map;
         Ok(())
     }
 
     pub(super) fn checkpoint_loop(&self) {
         let interval = Duration::from_millis(self.config.checkpoint_interval_ms.max(10));
-        let sweep_every = Duration::from_secs(self.config.sweep_interval_seconds.max(1));
-        let mut last_sweep = std::time::Instant::now();
+        let mut last = std::time::Instant::now();
         loop {
             {
                 let stop = self.stop.lock().unwrap_or_else(|p| p.into_inner());
@@ -93,92 +125,250 @@ impl Inner {
                     return;
                 }
             }
-            let sweep = last_sweep.elapsed() >= sweep_every;
-            if sweep {
-                last_sweep = std::time::Instant::now();
+            if !self.checkpoint_due(last.elapsed() >= interval) {
+                continue;
             }
-            if let Err(e) = self.checkpoint(sweep) {
+            last = std::time::Instant::now();
+            if let Err(e) = self.checkpoint() {
                 tracing::error!(error = %e, "embedded store checkpoint failed; the journal is kept and it will be retried");
             }
         }
     }
 
-    /// Saves changed pages, then deletes the journal records they cover.
-    ///
-    /// Every record numbered below `upto` had its bits raised in memory and
-    /// its page marked dirty before its number was taken, so the pages saved
-    /// after reading `upto` include it. Records from `upto` on stay.
-    pub(super) fn checkpoint(&self, sweep: bool) -> Result<(), StorageError> {
-        let _one = self.checkpoint_lock.lock().unwrap_or_else(|p| p.into_inner());
-        self.with_fjall(|h| self.checkpoint_with(h, sweep))
+    /// Whether the journal has earned a checkpoint: the pages to write cost
+    /// at most [`PAGE_BYTES_PER_JOURNAL_BYTE`] per journal byte, and either
+    /// the interval passed or the journal reached a fifth of the dedupers'
+    /// full size (at least 8 MiB); or the journal reached
+    /// `checkpoint_journal_bytes`, whatever the cost.
+    fn checkpoint_due(&self, interval_passed: bool) -> bool {
+        let journal = self.journal_bytes.load(Ordering::Relaxed);
+        if journal == 0 {
+            return false;
+        }
+        if journal >= self.config.checkpoint_journal_bytes {
+            return true;
+        }
+        let (dirty, full) =
+            self.entries
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .values()
+                .fold((0u64, 0u64), |(d, f), e| {
+                    let filter = e.filter();
+                    let pages = u64::from(filter.pages_per_shard()) * filter.shard_count();
+                    (
+                        d + filter.dirty_bytes(),
+                        f + pages * pagefile::slot_bytes(filter.page_len()),
+                    )
+                });
+        journal.saturating_mul(PAGE_BYTES_PER_JOURNAL_BYTE) >= dirty
+            && (interval_passed || journal >= (full / PAGE_BYTES_PER_JOURNAL_BYTE).max(EARLY_JOURNAL_BYTES))
     }
 
-    fn checkpoint_with(&self, h: &Handles, sweep: bool) -> Result<(), StorageError> {
-        // Exclusive for a moment: no write is between its number and its raise.
-        let upto = {
+    /// Saves changed pages, then drops the journal records they cover.
+    ///
+    /// Every record in the journal keyspace writers leave had its bits
+    /// raised in memory and its page marked dirty before the switch, so the
+    /// pages saved after it include it. Records written since stay.
+    pub(super) fn checkpoint(&self) -> Result<(), StorageError> {
+        let _one = self.checkpoint_lock.lock().unwrap_or_else(|p| p.into_inner());
+        self.with_fjall(|h| self.checkpoint_with(h))
+    }
+
+    fn checkpoint_with(&self, h: &Handles) -> Result<(), StorageError> {
+        // Exclusive for a moment: no write is between its number and its
+        // raise. Writers move to the other journal keyspace: every record
+        // left in this one is below `upto`, so clearing it after the pages
+        // are saved drops exactly what they cover.
+        let (left, journal_before) = {
             let _all = self.commit.write().unwrap_or_else(|p| p.into_inner());
-            self.next_seq.load(Ordering::SeqCst)
+            let left = self.journal.load(Ordering::SeqCst);
+            self.journal.store(1 - left, Ordering::SeqCst);
+            (left, self.journal_bytes.load(Ordering::SeqCst))
         };
-        let entries: Vec<(Vec<u8>, Arc<Entry>)> = self
+        let entries: Vec<Arc<Entry>> = self
             .entries
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .map(|(k, e)| (k.clone(), e.clone()))
+            .values()
+            .cloned()
             .collect();
-        let now_stamp = stamp_of(now_ms());
-        let result = self.save_pages(h, &entries, sweep.then_some(now_stamp));
-        if result.is_err() {
+        if let Err(e) = save_pages(&entries) {
             // Dirty flags were taken: put them back so nothing is skipped next time.
-            for (_, e) in &entries {
-                e.filter.pages().for_each(|(_, _, p)| p.mark_dirty());
+            for entry in &entries {
+                let filter = entry.filter();
+                filter.pages().for_each(|(_, _, p)| filter.mark_dirty(p));
             }
-            return result.map(drop);
+            return Err(e);
         }
+        h.journals[left].clear().map_err(unavailable)?;
+        let _ = self
+            .journal_bytes
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |b| {
+                Some(b.saturating_sub(journal_before))
+            });
         let mut batch = h.db.batch();
-        for kv in h.journal.range(..upto.to_be_bytes()) {
-            batch.remove(&h.journal, kv.key().map_err(unavailable)?);
-        }
         for key in self.requests.sweep(now_ms()) {
             batch.remove(&h.requests, key);
         }
         batch.commit().map_err(unavailable)?;
-        self.journal_bytes.store(0, Ordering::Relaxed);
-        result.map(drop)
-    }
-
-    /// Saves dirty pages; returns how many were written.
-    fn save_pages(
-        &self,
-        h: &Handles,
-        entries: &[(Vec<u8>, Arc<Entry>)],
-        sweep_before: Option<u32>,
-    ) -> Result<usize, StorageError> {
-        let mut batch = h.db.batch();
-        let mut written = 0;
-        for (key, entry) in entries {
-            for (shard, page_no, page) in entry.filter.pages() {
-                if let Some(now) = sweep_before {
-                    page.sweep(now);
-                }
-                if !page.take_dirty() {
-                    continue;
-                }
-                written += 1;
-                let pk = codec::page_key(key, shard, page_no);
-                match page.encode() {
-                    Some(v) => batch.insert(&h.pages, pk, v),
-                    None => batch.remove(&h.pages, pk),
-                }
-                if batch.len() >= 4096 {
-                    std::mem::replace(&mut batch, h.db.batch())
-                        .commit()
-                        .map_err(unavailable)?;
-                }
-            }
+        if self.legacy_pages.load(Ordering::SeqCst) {
+            h.pages.clear().map_err(unavailable)?;
+            self.legacy_pages.store(false, Ordering::SeqCst);
+            tracing::info!("pages stored by an earlier version are now in page files");
         }
-        batch.commit().map_err(unavailable)?;
-        h.db.persist(PersistMode::SyncAll).map_err(unavailable)?;
-        Ok(written)
+        Ok(())
+    }
+}
+
+/// Raises a bit from a journal record or a legacy page (expiry in whole
+/// seconds), lengthening the filter's ticks if the expiry does not fit
+/// them (the deduper's expiry shrank since). Expired ones are skipped.
+fn raise_replayed(entry: &Entry, d: &Deduper, shard: u32, bit: u32, secs: u32, now: i64) {
+    let expire = i64::from(secs) * 1000;
+    if secs == 0 || expire < now {
+        return;
+    }
+    let filter = entry.filter_for(d, expire, now);
+    let _ = filter.raise(shard, bit, filter.tick_of(expire), filter.now_tick(now));
+}
+
+/// Loads a deduper's page file; returns (pages loaded, torn pages).
+fn load_page_file(entry: &Entry, d: &Deduper, now: i64) -> Result<(u64, u64), StorageError> {
+    let expiry_ms = (d.expiry_seconds as i64).saturating_mul(1000);
+    let (page_len, per_shard) = {
+        let f = entry.filter();
+        (f.page_len(), u64::from(f.pages_per_shard()))
+    };
+    let (mut pages, mut torn) = (0u64, 0u64);
+    let mut failed = None;
+    pagefile::read_slots(&entry.path, page_len, |slot, bytes| {
+        let (shard, page) = ((slot / per_shard) as u32, (slot % per_shard) as u32);
+        let load = || entry.filter().load_page(shard, page, bytes, now, expiry_ms);
+        let mut result = load();
+        if result == Err(TooFar) {
+            // Written with longer ticks than the deduper's expiry now asks for.
+            let stored = Filter::stored_tick_ms(bytes);
+            let mut f = entry.filter.write().unwrap_or_else(|p| p.into_inner());
+            if stored > f.tick_ms() {
+                *f = f.retick(&d.geometry, stored, now);
+            }
+            drop(f);
+            result = load();
+        }
+        match result {
+            Ok(Loaded::Good) => pages += 1,
+            Ok(Loaded::Torn) => {
+                pages += 1;
+                torn += 1;
+            }
+            Ok(Loaded::Empty) => {}
+            Err(TooFar) => failed = Some(slot),
+        }
+    })
+    .map_err(|e| unavailable(format!("reading {}: {e}", entry.path.display())))?;
+    if let Some(slot) = failed {
+        return Err(StorageError::Corrupt(format!(
+            "{}: page {slot} holds expiries its own tick length cannot reach",
+            entry.path.display()
+        )));
+    }
+    Ok((pages, torn))
+}
+
+/// Writes every dirty page in place and syncs each page file touched.
+/// Runs without blocking writers: pages are copied under their seqlocks.
+fn save_pages(entries: &[Arc<Entry>]) -> Result<u64, StorageError> {
+    let mut written = 0u64;
+    let mut buf = Vec::with_capacity(filter::PAGE_BYTES);
+    for entry in entries {
+        let filter = entry.filter();
+        let per_shard = u64::from(filter.pages_per_shard());
+        let mut file = entry.file.lock().unwrap_or_else(|p| p.into_inner());
+        let mut touched = false;
+        for (shard, page_no, page) in filter.pages() {
+            if !filter.take_dirty(page) {
+                continue;
+            }
+            if file.is_none() {
+                *file = Some(
+                    pagefile::PageFile::open(&entry.path, filter.page_len())
+                        .map_err(|e| unavailable(format!("opening {}: {e}", entry.path.display())))?,
+                );
+            }
+            let f = file.as_ref().expect("opened above");
+            page.encode(filter.tick_ms(), &mut buf);
+            f.write(u64::from(shard) * per_shard + u64::from(page_no), &buf)
+                .map_err(|e| unavailable(format!("writing {}: {e}", entry.path.display())))?;
+            touched = true;
+            written += 1;
+        }
+        if touched && let Some(f) = file.as_ref() {
+            f.sync()
+                .map_err(|e| unavailable(format!("syncing {}: {e}", entry.path.display())))?;
+        }
+    }
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::sizing::Geometry;
+    use crate::deduper::Level;
+
+    /// A data directory written by an earlier version (pages of u32 seconds
+    /// in the `pages` keyspace) opens with every live bit, moves into a page
+    /// file at the first checkpoint, and leaves the keyspace empty.
+    #[test]
+    fn pages_of_earlier_versions_migrate_into_page_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = EmbeddedConfig {
+            path: dir.path().join("data"),
+            ..Default::default()
+        };
+        let g = Geometry {
+            hash_functions: 3,
+            shards: 2,
+            bits_per_shard: 3000,
+        };
+        let now = now_ms();
+        let d = Deduper::new("c", "old", g, 3600, Level::Global, now);
+        let live = (now / 1000 + 1800) as u32;
+        let expired = (now / 1000 - 10) as u32;
+        {
+            let store = EmbeddedStore::open(config.clone()).unwrap();
+            store.create_deduper(&d).unwrap();
+            // Page 2 of shard 1 in the old layout: bits 2048.. of 1,024 each.
+            let mut page = vec![0u8; 1024 * 4];
+            page[5 * 4..6 * 4].copy_from_slice(&live.to_le_bytes());
+            page[6 * 4..7 * 4].copy_from_slice(&expired.to_le_bytes());
+            let key = codec::page_key(&codec::deduper_key("c", "old"), 1, 2);
+            store
+                .inner
+                .with_fjall(|h| h.pages.insert(key, page).map_err(unavailable))
+                .unwrap();
+        }
+        let store = EmbeddedStore::open(config.clone()).unwrap();
+        let cells = store
+            .read_bits(&d, &[BitAddr { shard: 1, bit: 2053 }, BitAddr { shard: 1, bit: 2054 }])
+            .unwrap();
+        let e = cells[0].expire_ms.expect("migrated bit lost");
+        assert!(
+            e >= i64::from(live) * 1000 && e < i64::from(live) * 1000 + 29_000,
+            "{e}"
+        );
+        assert_eq!(cells[1].expire_ms, None, "expired legacy bit loaded");
+        store.checkpoint().unwrap();
+        let empty = store
+            .inner
+            .with_fjall(|h| h.pages.is_empty().map_err(unavailable))
+            .unwrap();
+        assert!(empty, "legacy pages kept after the checkpoint");
+        assert!(config.path.join("filters/c/old.bits").exists());
+        drop(store);
+        let store = EmbeddedStore::open(config).unwrap();
+        let cells = store.read_bits(&d, &[BitAddr { shard: 1, bit: 2053 }]).unwrap();
+        assert_eq!(cells[0].expire_ms, Some(e), "bit not in the page file");
     }
 }
