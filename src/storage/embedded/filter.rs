@@ -198,6 +198,20 @@ impl Filter {
         }
     }
 
+    /// Number of bits set at `now_ms` (ms since the Unix epoch): those whose
+    /// expiry is at or after it, exactly as [`Cell::is_set`] reads them.
+    /// One pass over the allocated pages with relaxed loads (concurrent
+    /// raises may or may not be counted): O(m), about 1 ns per bit
+    /// (under 10 ms for the 9.6 million bits of n = 1e6, p = 1%).
+    ///
+    /// [`Cell::is_set`]: crate::storage::Cell::is_set
+    pub fn count_live(&self, now_ms: i64) -> u64 {
+        let now = stamp_of(now_ms);
+        self.pages()
+            .map(|(_, _, page)| page.stamps.iter().filter(|s| s.load(Ordering::Relaxed) >= now).count() as u64)
+            .sum()
+    }
+
     /// Every allocated page with its shard and page index.
     pub fn pages(&self) -> impl Iterator<Item = (u32, u32, &Page)> {
         self.shards
@@ -280,6 +294,20 @@ mod tests {
         let bytes = Filter::full_memory_bytes(&g);
         let stamps = 10 * 958_506u64.div_ceil(1024) * 1024 * 4;
         assert!(bytes > stamps && bytes < stamps + stamps / 50, "{bytes} vs {stamps}");
+    }
+
+    #[test]
+    fn count_live_counts_bits_expiring_at_or_after_now() {
+        let f = filter(2, 3000);
+        assert_eq!(f.count_live(0), 0);
+        f.raise(0, 1, stamp_of(10_000));
+        f.raise(0, 2000, stamp_of(20_000));
+        f.raise(1, 2999, stamp_of(30_000));
+        assert_eq!(f.count_live(1), 3);
+        assert_eq!(f.count_live(10_000), 3, "expiry at now is still set");
+        assert_eq!(f.count_live(10_001), 2);
+        assert_eq!(f.count_live(30_000), 1);
+        assert_eq!(f.count_live(30_001), 0);
     }
 
     #[test]

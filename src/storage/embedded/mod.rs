@@ -43,7 +43,7 @@ use serde::Deserialize;
 
 use self::filter::{Filter, expire_ms_of, stamp_of};
 use self::requests::Requests;
-use super::{BeforeWrite, BitAddr, Cell, Change, RequestKey, StorageError, Store};
+use super::{BeforeWrite, BitAddr, BitStats, Cell, Change, RequestKey, StorageError, Store};
 use crate::clock::now_ms;
 use crate::deduper::Deduper;
 
@@ -165,6 +165,8 @@ struct Inner {
     next_seq: AtomicU64,
     journal_bytes: AtomicU64,
     checkpoint_lock: Mutex<()>,
+    /// Test hook: the next delete fails after its checkpoint, before its batch.
+    fail_next_delete: AtomicBool,
     stop: Mutex<bool>,
     wake: Condvar,
 }
@@ -194,6 +196,7 @@ impl EmbeddedStore {
             next_seq: AtomicU64::new(0),
             journal_bytes: AtomicU64::new(0),
             checkpoint_lock: Mutex::new(()),
+            fail_next_delete: AtomicBool::new(false),
             stop: Mutex::new(false),
             wake: Condvar::new(),
         };
@@ -234,6 +237,14 @@ impl EmbeddedStore {
     /// against `max_request_memory_mib`.
     pub fn request_memory_bytes(&self) -> u64 {
         self.inner.requests.bytes()
+    }
+
+    /// Test hook for crash safety: the next `delete_deduper` stops with
+    /// `Unavailable` between its checkpoint and its delete batch, as a crash
+    /// there would.
+    #[doc(hidden)]
+    pub fn fail_next_delete_midway(&self) {
+        self.inner.fail_next_delete.store(true, Ordering::SeqCst);
     }
 
     /// Saves every changed page and truncates the journal now.
@@ -513,6 +524,67 @@ impl Store for EmbeddedStore {
         })?;
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
+    }
+
+    /// Under the meta lock: drops the in-memory filter (calls already holding
+    /// it finish on it), checkpoints - which also drops every journal record
+    /// written so far, this deduper's included, so none is left to replay
+    /// into a namesake created later - then removes its saved pages and its
+    /// meta row in one atomic fjall batch, and frees its share of
+    /// `max_memory_mib`. Interrupted (a failure, a crash) before that batch,
+    /// the config and its saved pages are still there and a new delete
+    /// finishes the job; the engine deactivated the deduper before, so no
+    /// data call uses it meanwhile. A write that passed the engine's active
+    /// check just before a forced delete may leave a journal record after
+    /// the checkpoint; it is ignored at replay unless a namesake is created
+    /// before the next checkpoint. Errors: `Unavailable`, `Corrupt`.
+    fn delete_deduper(&self, deduper: &Deduper) -> Result<bool, StorageError> {
+        let mut reserved = self.inner.meta_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(stored) = self.get_deduper(&deduper.client_id, &deduper.name)? else {
+            return Ok(false);
+        };
+        let key = codec::deduper_key(&deduper.client_id, &deduper.name);
+        self.inner
+            .entries
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&key);
+        self.inner.checkpoint(false)?;
+        if self.inner.fail_next_delete.swap(false, Ordering::SeqCst) {
+            return Err(unavailable(
+                "injected failure between the checkpoint and the delete batch",
+            ));
+        }
+        self.inner.with_write(|h| {
+            let mut batch = h.db.batch();
+            let mut prefix = key.clone();
+            prefix.push(0);
+            for kv in h.pages.prefix(&prefix) {
+                batch.remove(&h.pages, kv.key().map_err(unavailable)?);
+            }
+            batch.remove(&h.meta, key.clone());
+            batch.commit().map_err(unavailable)?;
+            h.db.persist(PersistMode::SyncAll).map_err(unavailable)
+        })?;
+        *reserved = reserved.saturating_sub(Filter::full_memory_bytes(&stored.geometry));
+        Ok(true)
+    }
+
+    /// Exact: [`Filter::count_live`] over the in-memory filter (O(m), see
+    /// there); `sample_bits` and `seed` are not used.
+    fn bit_stats(&self, deduper: &Deduper, now_ms: i64, _: u64, _: u64) -> Result<BitStats, StorageError> {
+        let key = codec::deduper_key(&deduper.client_id, &deduper.name);
+        let entry = self
+            .inner
+            .entries
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+            .cloned();
+        Ok(BitStats {
+            set_bits: entry.map_or(0, |e| e.filter.count_live(now_ms)),
+            sampled_bits: deduper.geometry.total_bits(),
+        })
     }
 
     /// In memory, and in the `requests` keyspace (synced like a write).
