@@ -526,46 +526,49 @@ impl Store for EmbeddedStore {
         Ok(out)
     }
 
-    /// Under the meta lock: drops the in-memory filter (calls already holding
-    /// it finish on it), checkpoints - which also drops every journal record
-    /// written so far, this deduper's included, so none is left to replay
-    /// into a namesake created later - then removes its saved pages and its
-    /// meta row in one atomic fjall batch, and frees its share of
-    /// `max_memory_mib`. Interrupted (a failure, a crash) before that batch,
-    /// the config and its saved pages are still there and a new delete
-    /// finishes the job; the engine deactivated the deduper before, so no
-    /// data call uses it meanwhile. A write that passed the engine's active
-    /// check just before a forced delete may leave a journal record after
-    /// the checkpoint; it is ignored at replay unless a namesake is created
-    /// before the next checkpoint. Errors: `Unavailable`, `Corrupt`.
+    /// Under the meta lock: checkpoints (its pages are saved with the
+    /// others), drops the in-memory filter (calls already holding it finish
+    /// on it), checkpoints again - which drops every journal record so far,
+    /// this deduper's included, so none is left to replay into a namesake
+    /// created later - then removes its saved pages and its meta row in one
+    /// atomic fjall batch, and frees its share of `max_memory_mib`.
+    /// Interrupted before that batch (a failure: the filter is put back; a
+    /// crash: restart loads the saved pages), the deduper is whole and a new
+    /// delete finishes the job; the engine deactivated it before, so no data
+    /// call uses it meanwhile. Errors: `Unavailable`, `Corrupt`.
     fn delete_deduper(&self, deduper: &Deduper) -> Result<bool, StorageError> {
         let mut reserved = self.inner.meta_lock.lock().unwrap_or_else(|p| p.into_inner());
         let Some(stored) = self.get_deduper(&deduper.client_id, &deduper.name)? else {
             return Ok(false);
         };
         let key = codec::deduper_key(&deduper.client_id, &deduper.name);
-        self.inner
-            .entries
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&key);
         self.inner.checkpoint(false)?;
-        if self.inner.fail_next_delete.swap(false, Ordering::SeqCst) {
-            return Err(unavailable(
-                "injected failure between the checkpoint and the delete batch",
-            ));
-        }
-        self.inner.with_write(|h| {
-            let mut batch = h.db.batch();
-            let mut prefix = key.clone();
-            prefix.push(0);
-            for kv in h.pages.prefix(&prefix) {
-                batch.remove(&h.pages, kv.key().map_err(unavailable)?);
+        let entries = || self.inner.entries.write().unwrap_or_else(|p| p.into_inner());
+        let removed = entries().remove(&key);
+        let result = self.inner.checkpoint(false).and_then(|()| {
+            if self.inner.fail_next_delete.swap(false, Ordering::SeqCst) {
+                return Err(unavailable(
+                    "injected failure between the checkpoint and the delete batch",
+                ));
             }
-            batch.remove(&h.meta, key.clone());
-            batch.commit().map_err(unavailable)?;
-            h.db.persist(PersistMode::SyncAll).map_err(unavailable)
-        })?;
+            self.inner.with_write(|h| {
+                let mut batch = h.db.batch();
+                let mut prefix = key.clone();
+                prefix.push(0);
+                for kv in h.pages.prefix(&prefix) {
+                    batch.remove(&h.pages, kv.key().map_err(unavailable)?);
+                }
+                batch.remove(&h.meta, key.clone());
+                batch.commit().map_err(unavailable)?;
+                h.db.persist(PersistMode::SyncAll).map_err(unavailable)
+            })
+        });
+        if let Err(e) = result {
+            if let Some(entry) = removed {
+                entries().insert(key, entry);
+            }
+            return Err(e);
+        }
         *reserved = reserved.saturating_sub(Filter::full_memory_bytes(&stored.geometry));
         Ok(true)
     }
