@@ -272,14 +272,17 @@ pub fn deduper_stats(client_id: &str, name: &str, s: &crate::engine::DeduperStat
 
 /// Zeroes the gauges of a deleted deduper (the exporter keeps a series once
 /// created; zero fill, entities, rate and load read as "empty").
-pub fn deduper_gone(client_id: &str, name: &str) {
+pub fn deduper_gone(client_id: &str, name: &str, had_load: bool) {
     let (c, d) = deduper_labels(client_id, name);
     if c == OVERFLOW_LABEL && d == OVERFLOW_LABEL {
         return;
     }
     let labels = [("client", c), ("deduper", d)];
-    for g in [DEDUPER_FILL, DEDUPER_ENTITIES_ESTIMATE, DEDUPER_FPR, DEDUPER_LOAD] {
+    for g in [DEDUPER_FILL, DEDUPER_ENTITIES_ESTIMATE, DEDUPER_FPR] {
         metrics::gauge!(g, &labels).set(0.0);
+    }
+    if had_load {
+        metrics::gauge!(DEDUPER_LOAD, &labels).set(0.0);
     }
 }
 

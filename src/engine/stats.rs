@@ -147,11 +147,11 @@ impl StatsBook {
     /// Forgets a deleted (or vanished) deduper and zeroes its gauges.
     pub(super) fn drop_deduper(&self, client_id: &str, name: &str) {
         let key = (client_id.to_string(), name.to_string());
-        let known = self.known.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
-        self.figures.write().unwrap_or_else(|p| p.into_inner()).remove(&key);
+        self.known.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+        let had = self.figures.write().unwrap_or_else(|p| p.into_inner()).remove(&key);
         self.warned.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
-        if known.is_some() {
-            metrics::deduper_gone(client_id, name);
+        if let Some(figures) = had {
+            metrics::deduper_gone(client_id, name, figures.load.is_some());
         }
     }
 
