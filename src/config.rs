@@ -307,6 +307,10 @@ pub const KEYS: &[&str] = &[
     "auth.enabled",
     "auth.tokens_file",
     "metrics.listen",
+    "metrics.max_deduper_series",
+    "stats.refresh_interval_ms",
+    "stats.sample_bits",
+    "stats.over_capacity_fpr_factor",
 ];
 
 /// The keys whose values are one of a few words, and those words.
