@@ -25,6 +25,34 @@ pub struct Settings {
     pub log: LogConfig,
     pub auth: AuthConfig,
     pub metrics: MetricsConfig,
+    pub stats: StatsConfig,
+}
+
+/// Live deduper statistics (`stats.*`): see `engine::stats` and docs/operations.md.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StatsConfig {
+    /// How often the background pass recomputes every known deduper's
+    /// figures, in ms (0 turns the pass off). Default 60,000.
+    pub refresh_interval_ms: u64,
+    /// Bits sampled per deduper and pass where the backend cannot count
+    /// them all (HBase): the relative standard error of the estimated live
+    /// entities is about 1/sqrt(sample_bits) (0.4% at the default 65,536;
+    /// see docs/operations.md for the formula). Default 65,536.
+    pub sample_bits: u64,
+    /// Log a warning (once, until it recovers) when a deduper's estimated
+    /// false-positive rate exceeds this multiple of its sized p. Default 2.
+    pub over_capacity_fpr_factor: f64,
+}
+
+impl Default for StatsConfig {
+    fn default() -> Self {
+        StatsConfig {
+            refresh_interval_ms: 60_000,
+            sample_bits: 65_536,
+            over_capacity_fpr_factor: 2.0,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -105,12 +133,17 @@ pub struct MetricsConfig {
     /// `host:port` of the plain-HTTP `/metrics` listener; `""` turns metrics
     /// off. Default `127.0.0.1:9464`.
     pub listen: String,
+    /// Most (client, deduper) label pairs the per-deduper series take; the
+    /// dedupers beyond are counted under `client="_other", deduper="_other"`
+    /// (counters) and get no per-deduper gauges. Default 1,000.
+    pub max_deduper_series: usize,
 }
 
 impl Default for MetricsConfig {
     fn default() -> Self {
         MetricsConfig {
             listen: "127.0.0.1:9464".into(),
+            max_deduper_series: 1000,
         }
     }
 }
@@ -274,6 +307,10 @@ pub const KEYS: &[&str] = &[
     "auth.enabled",
     "auth.tokens_file",
     "metrics.listen",
+    "metrics.max_deduper_series",
+    "stats.refresh_interval_ms",
+    "stats.sample_bits",
+    "stats.over_capacity_fpr_factor",
 ];
 
 /// The keys whose values are one of a few words, and those words.
@@ -603,6 +640,7 @@ impl Default for Settings {
             log: LogConfig::default(),
             auth: AuthConfig::default(),
             metrics: MetricsConfig::default(),
+            stats: StatsConfig::default(),
         }
     }
 }

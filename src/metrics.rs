@@ -13,6 +13,21 @@
 //! | `solus_storage_errors_total` | counter | `op` | storage calls that failed |
 //! | `solus_storage_call_duration_seconds` | histogram | `op` | storage call latency, in seconds |
 //! | `solus_dedupers` | gauge | | dedupers known to this process (see [`DEDUPERS`]) |
+//! | `solus_ready` | gauge | | 1 while storage answers the health probe (readiness `SERVING`), else 0 |
+//! | `solus_deduper_requests_total` | counter | `client`, `deduper`, `rpc` | data requests answered `OK`, per deduper |
+//! | `solus_deduper_entities_total` | counter | `client`, `deduper`, `rpc` | entities of those requests |
+//! | `solus_deduper_fill_ratio` | gauge | `client`, `deduper` | fraction of the m bits set now (expiry >= now) |
+//! | `solus_deduper_estimated_entities` | gauge | `client`, `deduper` | live entities n* = -(m/k) ln(1 - fill) (Swamidass & Baldi 2007) |
+//! | `solus_deduper_estimated_fpr` | gauge | `client`, `deduper` | false-positive rate now, fill^k |
+//! | `solus_deduper_target_fpr` | gauge | `client`, `deduper` | the p the deduper was sized for (when sized from n and p) |
+//! | `solus_deduper_load_ratio` | gauge | `client`, `deduper` | n* / n (when sized from n and p); above 1 = over capacity |
+//! | `solus_deduper_stats_timestamp_seconds` | gauge | `client`, `deduper` | when those figures were computed, s since the Unix epoch |
+//!
+//! The per-deduper series are capped at `metrics.max_deduper_series`
+//! (client, deduper) pairs, first come first served: later dedupers are
+//! counted under `client="_other", deduper="_other"` and get no gauges.
+//! The gauges come from the statistics pass (`stats.refresh_interval_ms`);
+//! a deleted deduper's gauges read 0.
 //!
 //! Health and reflection calls are not counted. Without an installed
 //! recorder (`metrics.listen` empty) every record is a no-op.
@@ -30,7 +45,7 @@ pub const IN_FLIGHT: &str = "solus_requests_in_flight";
 pub const STORAGE_CALLS: &str = "solus_storage_calls_total";
 pub const STORAGE_ERRORS: &str = "solus_storage_errors_total";
 /// The `op` label values of the storage series (the `Store` calls).
-pub const STORAGE_OPS: [&str; 11] = [
+pub const STORAGE_OPS: [&str; 13] = [
     "read_bits",
     "write_bits",
     "read_and_write_bits",
@@ -38,6 +53,8 @@ pub const STORAGE_OPS: [&str; 11] = [
     "update_deduper",
     "get_deduper",
     "list_dedupers",
+    "delete_deduper",
+    "bit_stats",
     "remember_request",
     "recall_request",
     "ping",
@@ -48,6 +65,20 @@ pub const STORAGE_DURATION: &str = "solus_storage_call_duration_seconds";
 /// start-up plus those created since; with HBase (shared by several
 /// replicas), only those created through this replica since it started.
 pub const DEDUPERS: &str = "solus_dedupers";
+
+/// Per-deduper series (labels `client`, `deduper`; see [`deduper_labels`]).
+pub const DEDUPER_REQUESTS: &str = "solus_deduper_requests_total";
+pub const DEDUPER_ENTITIES: &str = "solus_deduper_entities_total";
+pub const DEDUPER_FILL: &str = "solus_deduper_fill_ratio";
+pub const DEDUPER_ENTITIES_ESTIMATE: &str = "solus_deduper_estimated_entities";
+pub const DEDUPER_FPR: &str = "solus_deduper_estimated_fpr";
+pub const DEDUPER_TARGET_FPR: &str = "solus_deduper_target_fpr";
+pub const DEDUPER_LOAD: &str = "solus_deduper_load_ratio";
+pub const DEDUPER_STATS_TIME: &str = "solus_deduper_stats_timestamp_seconds";
+/// 1 while storage answers the health probe (readiness SERVING), else 0.
+pub const READY: &str = "solus_ready";
+/// The label value of the dedupers beyond `metrics.max_deduper_series`.
+pub const OVERFLOW_LABEL: &str = "_other";
 
 /// Latency buckets, in seconds: 100 us to 30 s.
 const LATENCY_BUCKETS: &[f64] = &[
@@ -114,6 +145,40 @@ fn describe() {
         metrics::counter!(STORAGE_CALLS, "op" => op).absolute(0);
         metrics::counter!(STORAGE_ERRORS, "op" => op).absolute(0);
     }
+    describe_counter!(
+        DEDUPER_REQUESTS,
+        "Data requests answered OK, by client, deduper and rpc"
+    );
+    describe_counter!(
+        DEDUPER_ENTITIES,
+        "Entities of the data requests answered OK, by client, deduper and rpc"
+    );
+    describe_gauge!(
+        DEDUPER_FILL,
+        "Fraction of a deduper's bits set now (expiry at or after now)"
+    );
+    describe_gauge!(
+        DEDUPER_ENTITIES_ESTIMATE,
+        "Live entities estimated from the fill: -(m/k) ln(1 - fill) (Swamidass & Baldi 2007)"
+    );
+    describe_gauge!(
+        DEDUPER_FPR,
+        "Estimated current false-positive rate of a deduper: fill^k"
+    );
+    describe_gauge!(DEDUPER_TARGET_FPR, "False-positive rate p a deduper was sized for");
+    describe_gauge!(
+        DEDUPER_LOAD,
+        "Estimated live entities over the sized n; above 1 = over capacity"
+    );
+    describe_gauge!(
+        DEDUPER_STATS_TIME,
+        Unit::Seconds,
+        "When a deduper's figures were computed, since the Unix epoch"
+    );
+    describe_gauge!(
+        READY,
+        "1 while storage answers the health probe (readiness SERVING), else 0"
+    );
     describe_gauge!(
         DEDUPERS,
         "Dedupers known to this process: embedded store - held at start plus created since; HBase - created through this replica since start"
@@ -143,6 +208,92 @@ pub fn storage_call(op: &'static str, ok: bool, elapsed: Duration) {
         metrics::counter!(STORAGE_ERRORS, "op" => op).increment(1);
     }
     metrics::histogram!(STORAGE_DURATION, "op" => op).record(elapsed.as_secs_f64());
+}
+
+static SERIES: OnceLock<Series> = OnceLock::new();
+
+/// The (client, deduper) label pairs admitted so far, and the cap.
+struct Series {
+    max: usize,
+    admitted: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
+}
+
+/// Sets the cap on per-deduper label pairs (`metrics.max_deduper_series`);
+/// the first call in a process wins. Default 1,000.
+pub fn set_max_deduper_series(max: usize) {
+    let _ = SERIES.set(Series {
+        max,
+        admitted: Default::default(),
+    });
+}
+
+/// The `client` and `deduper` label values of a deduper: its own while
+/// fewer than `metrics.max_deduper_series` pairs were admitted (or it was),
+/// else `("_other", "_other")` ([`OVERFLOW_LABEL`]).
+pub fn deduper_labels(client_id: &str, name: &str) -> (String, String) {
+    let series = SERIES.get_or_init(|| Series {
+        max: 1000,
+        admitted: Default::default(),
+    });
+    let mut admitted = series.admitted.lock().unwrap_or_else(|p| p.into_inner());
+    let key = (client_id.to_string(), name.to_string());
+    if admitted.contains(&key) || admitted.len() < series.max && admitted.insert(key.clone()) {
+        key
+    } else {
+        (OVERFLOW_LABEL.to_string(), OVERFLOW_LABEL.to_string())
+    }
+}
+
+/// Counts one data request that succeeded on a deduper, and its entities.
+pub fn deduper_request(client_id: &str, name: &str, rpc: &'static str, entities: usize) {
+    let (c, d) = deduper_labels(client_id, name);
+    metrics::counter!(DEDUPER_REQUESTS, "client" => c.clone(), "deduper" => d.clone(), "rpc" => rpc).increment(1);
+    metrics::counter!(DEDUPER_ENTITIES, "client" => c, "deduper" => d, "rpc" => rpc).increment(entities as u64);
+}
+
+/// Sets the live-figure gauges of a deduper (not for those past the label cap).
+pub fn deduper_stats(client_id: &str, name: &str, s: &crate::engine::DeduperStats, p: Option<f64>) {
+    let (c, d) = deduper_labels(client_id, name);
+    if c == OVERFLOW_LABEL && d == OVERFLOW_LABEL {
+        return;
+    }
+    let labels = [("client", c), ("deduper", d)];
+    metrics::gauge!(DEDUPER_FILL, &labels).set(s.fill_ratio);
+    metrics::gauge!(DEDUPER_ENTITIES_ESTIMATE, &labels).set(s.estimated_entities);
+    metrics::gauge!(DEDUPER_FPR, &labels).set(s.estimated_fpr);
+    metrics::gauge!(DEDUPER_STATS_TIME, &labels).set(s.computed_at_ms as f64 / 1000.0);
+    if let Some(p) = p {
+        metrics::gauge!(DEDUPER_TARGET_FPR, &labels).set(p);
+    }
+    if let Some(load) = s.load {
+        metrics::gauge!(DEDUPER_LOAD, &labels).set(load);
+    }
+}
+
+/// Zeroes the gauges of a deleted deduper (the exporter keeps a series once
+/// created; zero fill, entities, rate and load read as "empty").
+pub fn deduper_gone(client_id: &str, name: &str, had_load: bool) {
+    let (c, d) = deduper_labels(client_id, name);
+    if c == OVERFLOW_LABEL && d == OVERFLOW_LABEL {
+        return;
+    }
+    let labels = [("client", c), ("deduper", d)];
+    for g in [DEDUPER_FILL, DEDUPER_ENTITIES_ESTIMATE, DEDUPER_FPR] {
+        metrics::gauge!(g, &labels).set(0.0);
+    }
+    if had_load {
+        metrics::gauge!(DEDUPER_LOAD, &labels).set(0.0);
+    }
+}
+
+/// Sets the readiness gauge.
+pub fn set_ready(ready: bool) {
+    metrics::gauge!(READY).set(if ready { 1.0 } else { 0.0 });
+}
+
+/// Counts one deleted deduper.
+pub fn deduper_deleted() {
+    metrics::gauge!(DEDUPERS).decrement(1.0);
 }
 
 /// Sets the deduper gauge (at start-up).

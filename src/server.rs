@@ -345,6 +345,7 @@ async fn watch_storage(
                 ServingStatus::Unknown => "UNKNOWN",
             };
             tracing::info!(service = DATA_SERVICE_NAME, status = shown, "health changed");
+            crate::metrics::set_ready(status == ServingStatus::Serving);
             reporter.set_service_status(DATA_SERVICE_NAME, status).await;
             last = Some(status);
         }
@@ -371,7 +372,23 @@ pub async fn serve(
     }
     let opened = settings.clone();
     let store = tokio::task::spawn_blocking(move || open_store(&opened)).await??;
-    let engine = Arc::new(Engine::new(store.clone(), settings.limits.engine_limits()));
+    crate::metrics::set_max_deduper_series(settings.metrics.max_deduper_series);
+    let stats_settings = crate::engine::StatsSettings {
+        sample_bits: settings.stats.sample_bits.max(1),
+        over_capacity_fpr_factor: settings.stats.over_capacity_fpr_factor,
+    };
+    let engine =
+        Arc::new(Engine::new(store.clone(), settings.limits.engine_limits()).with_stats_settings(stats_settings));
+    let stats_pass = (settings.stats.refresh_interval_ms > 0).then(|| {
+        let engine = engine.clone();
+        let every = Duration::from_millis(settings.stats.refresh_interval_ms);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                engine.refresh_stats().await;
+            }
+        })
+    });
     if settings.limits.allow_biased_bits_per_shard {
         tracing::warn!(
             "limits.allow_biased_bits_per_shard is on: CreateDeduper accepts bits_per_shard above 2^30, whose bit \
@@ -487,6 +504,10 @@ pub async fn serve(
     }
     watcher.abort();
     let _ = watcher.await;
+    if let Some(task) = stats_pass {
+        task.abort();
+        let _ = task.await;
+    }
     if let Some(task) = sighup {
         task.abort();
     }

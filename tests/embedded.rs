@@ -56,3 +56,140 @@ async fn memory_budget_refuses_dedupers_that_would_not_fit() {
         "reserved bytes are recomputed at start-up"
     );
 }
+
+/// DeleteDeduper frees the memory budget: a deduper that did not fit fits
+/// once another is deleted, and the freed budget and the delete survive a
+/// restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_frees_the_memory_budget() {
+    use common::{TestServer, create_np};
+    use solus::api::pb;
+    let mut backend = TestBackend::embedded();
+    backend.settings.storage.embedded.max_memory_mib = 16;
+    let s = TestServer::start(&backend).await;
+    let mut admin = s.admin();
+    // n = 1e6 at p = 1%: about 9.3 MiB each; two do not fit in 16 MiB.
+    admin
+        .create_deduper(create_np("c", "first", 1_000_000, 0.01, 60))
+        .await
+        .unwrap();
+    common::add(&s, "c", "first", &["x"], 0).await;
+    let refused = admin
+        .create_deduper(create_np("c", "second", 1_000_000, 0.01, 60))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{}", refused.message());
+    admin
+        .delete_deduper(pb::DeleteDeduperRequest {
+            client_id: "c".into(),
+            name: "first".into(),
+            force: true,
+        })
+        .await
+        .unwrap();
+    admin
+        .create_deduper(create_np("c", "second", 1_000_000, 0.01, 60))
+        .await
+        .expect("fits once the first is deleted");
+    s.stop().await;
+    let s = TestServer::start(&backend).await;
+    let mut admin = s.admin();
+    let get = |name: &str| pb::GetDeduperRequest {
+        client_id: "c".into(),
+        name: name.into(),
+    };
+    assert_eq!(
+        admin.get_deduper(get("first")).await.unwrap_err().code(),
+        tonic::Code::NotFound
+    );
+    admin.get_deduper(get("second")).await.unwrap();
+    let third = admin
+        .create_deduper(create_np("c", "first", 1_000_000, 0.01, 60))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        third.code(),
+        tonic::Code::ResourceExhausted,
+        "the budget at start-up counts only the remaining deduper"
+    );
+}
+
+/// A delete interrupted between its steps (after the checkpoints, before
+/// the config row and page file go) leaves the deduper inactive, listed
+/// and with its bits, across a restart; deleting it again finishes, and a
+/// namesake created afterwards starts empty (no journal record replays
+/// into it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interrupted_delete_can_be_run_again() {
+    use solus::engine::{CreateSpec, Engine, EngineError, Limits};
+    use solus::storage::StorageError;
+    use solus::storage::embedded::{EmbeddedConfig, EmbeddedStore};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let open = || {
+        Arc::new(
+            EmbeddedStore::open(EmbeddedConfig {
+                path: dir.path().to_path_buf(),
+                ..EmbeddedConfig::default()
+            })
+            .unwrap(),
+        )
+    };
+    let spec = || CreateSpec {
+        client_id: "c".into(),
+        name: "d".into(),
+        expected_insertions: 10_000,
+        false_positive_rate: 0.01,
+        expiry_seconds: 600,
+        ..CreateSpec::default()
+    };
+    let store = open();
+    let engine = Engine::new(store.clone(), Limits::default());
+    engine.create_deduper(spec()).await.unwrap();
+    engine.add("c", "d", vec!["kept", "also"], 0).await.unwrap();
+    store.fail_next_delete_midway();
+    let e = engine.delete_deduper("c", "d", true).await.unwrap_err();
+    assert!(matches!(e, EngineError::Storage(StorageError::Unavailable(_))), "{e}");
+    let d = engine.get_deduper("c", "d").await.unwrap();
+    assert!(!d.active, "left deactivated, not half-usable");
+    assert!(matches!(
+        engine.check_absence("c", "d", vec!["kept"]).await,
+        Err(EngineError::Inactive { .. })
+    ));
+    drop(engine);
+    drop(store);
+
+    // A crash there: on restart the config and its saved bits are back.
+    let store = open();
+    let engine = Engine::new(store.clone(), Limits::default());
+    let d = engine.get_deduper("c", "d").await.unwrap();
+    assert!(!d.active);
+    engine.update_deduper("c", "d", Some(true), None).await.unwrap();
+    assert_eq!(
+        engine.check_absence("c", "d", vec!["kept", "new"]).await.unwrap(),
+        [false, true]
+    );
+    engine.update_deduper("c", "d", Some(false), None).await.unwrap();
+    // Inactive: no force needed; the second time NOT_FOUND.
+    let deleted = engine.delete_deduper("c", "d", false).await.unwrap();
+    assert_eq!(deleted.name, "d");
+    assert!(matches!(
+        engine.delete_deduper("c", "d", false).await,
+        Err(EngineError::NotFound { .. })
+    ));
+    drop(engine);
+    drop(store);
+
+    let store = open();
+    let engine = Engine::new(store.clone(), Limits::default());
+    assert!(matches!(
+        engine.get_deduper("c", "d").await,
+        Err(EngineError::NotFound { .. })
+    ));
+    engine.create_deduper(spec()).await.unwrap();
+    assert_eq!(
+        engine.check_absence("c", "d", vec!["kept", "also"]).await.unwrap(),
+        [true, true],
+        "nothing of the deleted deduper comes back"
+    );
+}

@@ -1,4 +1,5 @@
-//! `solus.v1.DeduperAdminService`: create, get, list and update dedupers.
+//! `solus.v1.DeduperAdminService`: create, get, list, update and delete
+//! dedupers; get and list carry each deduper's live figures.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,7 +9,7 @@ use tonic::{Request, Response, Status};
 use super::pb;
 use super::{authorize, status_of, within_deadline};
 use crate::deduper::{Deduper, Level};
-use crate::engine::{CreateSpec, Engine, EngineError};
+use crate::engine::{CreateSpec, DeduperStats, Engine, EngineError};
 
 pub struct AdminService {
     engine: Arc<Engine>,
@@ -32,9 +33,24 @@ fn level_from_pb(value: i32) -> Result<Level, EngineError> {
     }
 }
 
-/// The wire form of a deduper.
-pub fn deduper_to_pb(d: Deduper) -> pb::Deduper {
+/// The wire form of a deduper's live figures.
+pub fn stats_to_pb(s: DeduperStats) -> pb::DeduperStats {
+    pb::DeduperStats {
+        set_bits: s.set_bits,
+        sampled_bits: s.sampled_bits,
+        fill_ratio: s.fill_ratio,
+        estimated_entities: s.estimated_entities,
+        estimated_false_positive_rate: s.estimated_fpr,
+        load: s.load,
+        computed_at_ms: s.computed_at_ms,
+        estimated_entities_relative_error: s.relative_error,
+    }
+}
+
+/// The wire form of a deduper, with its live figures when known.
+pub fn deduper_to_pb(d: Deduper, stats: Option<DeduperStats>) -> pb::Deduper {
     pb::Deduper {
+        stats: stats.map(stats_to_pb),
         client_id: d.client_id,
         name: d.name,
         hash_functions: d.geometry.hash_functions,
@@ -76,7 +92,7 @@ impl pb::deduper_admin_service_server::DeduperAdminService for AdminService {
             let d = self.engine.create_deduper(spec).await.map_err(status_of)?;
             tracing::info!(client_id = %d.client_id, name = %d.name, k = d.geometry.hash_functions,
                 shards = d.geometry.shards, bits_per_shard = d.geometry.bits_per_shard, "deduper created");
-            Ok(Response::new(deduper_to_pb(d)))
+            Ok(Response::new(deduper_to_pb(d, None)))
         })
         .await
     }
@@ -90,7 +106,8 @@ impl pb::deduper_admin_service_server::DeduperAdminService for AdminService {
                 .get_deduper(&r.client_id, &r.name)
                 .await
                 .map_err(status_of)?;
-            Ok(Response::new(deduper_to_pb(d)))
+            let stats = self.engine.stats_of(&d.client_id, &d.name);
+            Ok(Response::new(deduper_to_pb(d, stats)))
         })
         .await
     }
@@ -105,7 +122,13 @@ impl pb::deduper_admin_service_server::DeduperAdminService for AdminService {
             let list = self.engine.list_dedupers(&r.client_id, r.active_only).await;
             let list = list.map_err(status_of)?;
             Ok(Response::new(pb::ListDedupersResponse {
-                dedupers: list.into_iter().map(deduper_to_pb).collect(),
+                dedupers: list
+                    .into_iter()
+                    .map(|d| {
+                        let stats = self.engine.stats_of(&d.client_id, &d.name);
+                        deduper_to_pb(d, stats)
+                    })
+                    .collect(),
             }))
         })
         .await
@@ -122,7 +145,27 @@ impl pb::deduper_admin_service_server::DeduperAdminService for AdminService {
                 .engine
                 .update_deduper(&r.client_id, &r.name, r.active, r.expiry_seconds)
                 .await;
-            Ok(Response::new(deduper_to_pb(d.map_err(status_of)?)))
+            Ok(Response::new(deduper_to_pb(d.map_err(status_of)?, None)))
+        })
+        .await
+    }
+
+    async fn delete_deduper(
+        &self,
+        request: Request<pb::DeleteDeduperRequest>,
+    ) -> Result<Response<pb::DeleteDeduperResponse>, Status> {
+        let (metadata, extensions, r) = request.into_parts();
+        authorize(&extensions, &r.client_id)?;
+        within_deadline("DeleteDeduper", &metadata, self.timeout, async {
+            let d = self
+                .engine
+                .delete_deduper(&r.client_id, &r.name, r.force)
+                .await
+                .map_err(status_of)?;
+            tracing::info!(client_id = %d.client_id, name = %d.name, force = r.force, "deduper deleted");
+            Ok(Response::new(pb::DeleteDeduperResponse {
+                deleted: Some(deduper_to_pb(d, None)),
+            }))
         })
         .await
     }

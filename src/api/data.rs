@@ -28,6 +28,7 @@ impl pb::deduper_service_server::DeduperService for DataService {
         let (metadata, extensions, r) = request.into_parts();
         authorize(&extensions, &r.client_id)?;
         metrics::request_entities("Add", r.entities.len());
+        let n = r.entities.len();
         within_deadline("Add", &metadata, self.timeout, async {
             let added = self
                 .engine
@@ -39,9 +40,9 @@ impl pb::deduper_service_server::DeduperService for DataService {
                     r.request_id.map(Vec::from),
                 )
                 .await;
-            Ok(Response::new(pb::AddResponse {
-                added: added.map_err(status_of)?,
-            }))
+            let added = added.map_err(status_of)?;
+            metrics::deduper_request(&r.client_id, &r.deduper, "Add", n);
+            Ok(Response::new(pb::AddResponse { added }))
         })
         .await
     }
@@ -53,11 +54,12 @@ impl pb::deduper_service_server::DeduperService for DataService {
         let (metadata, extensions, r) = request.into_parts();
         authorize(&extensions, &r.client_id)?;
         metrics::request_entities("CheckAbsence", r.entities.len());
+        let n = r.entities.len();
         within_deadline("CheckAbsence", &metadata, self.timeout, async {
             let absent = self.engine.check_absence(&r.client_id, &r.deduper, r.entities).await;
-            Ok(Response::new(pb::CheckAbsenceResponse {
-                absent: absent.map_err(status_of)?,
-            }))
+            let absent = absent.map_err(status_of)?;
+            metrics::deduper_request(&r.client_id, &r.deduper, "CheckAbsence", n);
+            Ok(Response::new(pb::CheckAbsenceResponse { absent }))
         })
         .await
     }
@@ -69,6 +71,7 @@ impl pb::deduper_service_server::DeduperService for DataService {
         let (metadata, extensions, r) = request.into_parts();
         authorize(&extensions, &r.client_id)?;
         metrics::request_entities("AddIfAbsent", r.entities.len());
+        let n = r.entities.len();
         within_deadline("AddIfAbsent", &metadata, self.timeout, async {
             let absent = self
                 .engine
@@ -80,9 +83,9 @@ impl pb::deduper_service_server::DeduperService for DataService {
                     r.request_id.map(Vec::from),
                 )
                 .await;
-            Ok(Response::new(pb::AddIfAbsentResponse {
-                absent: absent.map_err(status_of)?,
-            }))
+            let absent = absent.map_err(status_of)?;
+            metrics::deduper_request(&r.client_id, &r.deduper, "AddIfAbsent", n);
+            Ok(Response::new(pb::AddIfAbsentResponse { absent }))
         })
         .await
     }

@@ -37,6 +37,7 @@ const RPCS: &[(&str, &str)] = &[
     ("/solus.v1.DeduperAdminService/GetDeduper", "GetDeduper"),
     ("/solus.v1.DeduperAdminService/ListDedupers", "ListDedupers"),
     ("/solus.v1.DeduperAdminService/UpdateDeduper", "UpdateDeduper"),
+    ("/solus.v1.DeduperAdminService/DeleteDeduper", "DeleteDeduper"),
 ];
 
 /// The `rpc` label of a path, `None` for non-Solus services.

@@ -33,13 +33,16 @@ pub mod pb {
 pub fn status_of(e: EngineError) -> Status {
     let code = match &e {
         EngineError::NotFound { .. } => Code::NotFound,
-        EngineError::Inactive { .. } | EngineError::Misplaced { .. } => Code::FailedPrecondition,
+        EngineError::Inactive { .. } | EngineError::Active { .. } | EngineError::Misplaced { .. } => {
+            Code::FailedPrecondition
+        }
         EngineError::AlreadyExists { .. } => Code::AlreadyExists,
         EngineError::Invalid(_) => Code::InvalidArgument,
         EngineError::Storage(StorageError::Unavailable(_)) => Code::Unavailable,
         EngineError::Storage(StorageError::AlreadyExists) => Code::AlreadyExists,
         EngineError::Storage(StorageError::Corrupt(_)) => Code::Internal,
         EngineError::Storage(StorageError::Capacity(_)) => Code::ResourceExhausted,
+        EngineError::Storage(StorageError::Precondition(_)) => Code::FailedPrecondition,
     };
     Status::new(code, e.to_string())
 }

@@ -183,8 +183,20 @@ fn print_deduper(d: &pb::Deduper) {
         "active": d.active, "level": level, "create_time_ms": d.create_time_ms,
         "update_time_ms": d.update_time_ms, "expected_insertions": d.expected_insertions,
         "false_positive_rate": d.false_positive_rate,
+        "stats": d.stats.as_ref().map(stats_json),
     });
     println!("{json}");
+}
+
+/// A deduper's live figures as JSON (an infinite estimate shows as null).
+fn stats_json(s: &pb::DeduperStats) -> serde_json::Value {
+    serde_json::json!({
+        "set_bits": s.set_bits, "sampled_bits": s.sampled_bits, "fill_ratio": s.fill_ratio,
+        "estimated_entities": s.estimated_entities.round(),
+        "estimated_entities_relative_error": s.estimated_entities_relative_error,
+        "estimated_false_positive_rate": s.estimated_false_positive_rate, "load": s.load,
+        "computed_at_ms": s.computed_at_ms,
+    })
 }
 
 pub async fn deduper(command: DeduperCommand) -> anyhow::Result<()> {
@@ -284,6 +296,54 @@ pub async fn deduper(command: DeduperCommand) -> anyhow::Result<()> {
                 .await
                 .map_err(|s| call_error(s, call))?;
             print_deduper(d.get_ref());
+        }
+        DeduperCommand::Delete {
+            target,
+            client,
+            name,
+            force,
+        } => {
+            check_ids(&client, Some(("--name", &name)))?;
+            let mut c = DeduperAdminServiceClient::new(connect(&target).await?);
+            let call = Call {
+                target: &target,
+                client: &client,
+                deduper: Some(&name),
+            };
+            let r = c
+                .delete_deduper(pb::DeleteDeduperRequest {
+                    client_id: client.clone(),
+                    name: name.clone(),
+                    force,
+                })
+                .await
+                .map_err(|s| call_error(s, call))?;
+            if let Some(d) = &r.get_ref().deleted {
+                print_deduper(d);
+            }
+        }
+        DeduperCommand::Stats { target, client, name } => {
+            check_ids(&client, Some(("--name", &name)))?;
+            let mut c = DeduperAdminServiceClient::new(connect(&target).await?);
+            let call = Call {
+                target: &target,
+                client: &client,
+                deduper: Some(&name),
+            };
+            let d = c
+                .get_deduper(pb::GetDeduperRequest {
+                    client_id: client.clone(),
+                    name: name.clone(),
+                })
+                .await
+                .map_err(|s| call_error(s, call))?;
+            match &d.get_ref().stats {
+                Some(s) => println!("{}", stats_json(s)),
+                None => anyhow::bail!(
+                    "no figures for {client}/{name} yet: the server computes them every stats.refresh_interval_ms \
+                     (default 60 s) for the dedupers it has seen; try again after that"
+                ),
+            }
         }
     }
     Ok(())

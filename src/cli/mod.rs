@@ -127,6 +127,31 @@ pub enum DeduperCommand {
         #[arg(long)]
         expiry_seconds: Option<u64>,
     },
+    /// Delete a deduper: its config and its bits (frees the embedded memory budget).
+    Delete {
+        #[command(flatten)]
+        target: Target,
+        /// Client id that owns the deduper.
+        #[arg(long)]
+        client: String,
+        /// Name of the deduper.
+        #[arg(long)]
+        name: String,
+        /// Delete even while active (otherwise deactivate it first with `update --active false`).
+        #[arg(long)]
+        force: bool,
+    },
+    /// Show a deduper's live figures: fill, estimated live entities, estimated false-positive rate, load.
+    Stats {
+        #[command(flatten)]
+        target: Target,
+        /// Client id that owns the deduper.
+        #[arg(long)]
+        client: String,
+        /// Name of the deduper.
+        #[arg(long)]
+        name: String,
+    },
 }
 
 #[derive(Debug, Args)]

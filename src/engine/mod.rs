@@ -16,6 +16,9 @@ use crate::deduper::{self, Deduper, Level, ModelError, SizeLimits, Sizing};
 use crate::storage::{self, BitAddr, Cell, RequestKey, StorageError, Store};
 
 pub mod requests;
+pub mod stats;
+
+pub use self::stats::{DeduperStats, StatsSettings};
 
 /// Request limits (`limits.*` in the config).
 #[derive(Debug, Clone, Copy)]
@@ -49,6 +52,11 @@ pub enum EngineError {
     Inactive { name: String },
     #[error("deduper {name:?} already exists for client {client_id:?}")]
     AlreadyExists { client_id: String, name: String },
+    #[error(
+        "deduper {name:?} is active; deactivate it first (UpdateDeduper active = false, or `solus deduper update \
+         --active false`), or delete it with force = true"
+    )]
+    Active { name: String },
     #[error("{0}")]
     Invalid(String),
     #[error(
@@ -139,6 +147,9 @@ pub struct Engine {
     unrecorded: Mutex<HashSet<CacheKey>>,
     /// Dedupers refused as `Misplaced` since start: (client_id, name).
     misplaced: Mutex<std::collections::BTreeSet<CacheKey>>,
+    /// Dedupers seen and their live figures (`stats.rs`).
+    stats: Arc<stats::StatsBook>,
+    stats_settings: StatsSettings,
 }
 
 /// Entities hashed and grouped: `addrs` sorted and unique, `index[i*k + j]`
@@ -194,7 +205,15 @@ impl Engine {
             inflight: Arc::new(Mutex::new(HashMap::new())),
             unrecorded: Mutex::new(HashSet::new()),
             misplaced: Mutex::new(std::collections::BTreeSet::new()),
+            stats: Arc::new(stats::StatsBook::default()),
+            stats_settings: StatsSettings::default(),
         }
+    }
+
+    /// Sets the statistics settings (`stats.*`); defaults otherwise.
+    pub fn with_stats_settings(mut self, settings: StatsSettings) -> Engine {
+        self.stats_settings = settings;
+        self
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -311,6 +330,7 @@ impl Engine {
             self.inflight.clone(),
             key.clone(),
         );
+        let book = self.stats.clone();
         tokio::spawn(async move {
             let (c, n) = key.clone();
             let read = tokio::task::spawn_blocking(move || store.get_deduper(&c, &n)).await;
@@ -322,6 +342,7 @@ impl Engine {
                 Err(e) => Lookup::Failed(format!("storage task failed: {e}"), false),
             };
             if let Lookup::Found(d) = &outcome {
+                book.note(d);
                 cache
                     .write()
                     .unwrap_or_else(|p| p.into_inner())
@@ -681,6 +702,7 @@ impl Engine {
         })
         .await?;
         self.forget(&d.client_id, &d.name);
+        self.stats.note(&d);
         Ok(d)
     }
 
@@ -688,7 +710,9 @@ impl Engine {
     pub async fn get_deduper(&self, client_id: &str, name: &str) -> Result<Deduper, EngineError> {
         deduper::validate_name("client_id", client_id)?;
         deduper::validate_name("name", name)?;
-        self.load_deduper(client_id, name).await
+        let d = self.load_deduper(client_id, name).await?;
+        self.stats.note(&d);
+        Ok(d)
     }
 
     /// A client's dedupers sorted by name.
@@ -696,7 +720,9 @@ impl Engine {
         deduper::validate_name("client_id", client_id)?;
         let store = self.store.clone();
         let c = client_id.to_string();
-        Self::blocking(move || Ok(store.list_dedupers(&c, active_only)?)).await
+        let list = Self::blocking(move || Ok(store.list_dedupers(&c, active_only)?)).await?;
+        list.iter().for_each(|d| self.stats.note(d));
+        Ok(list)
     }
 
     /// Changes `active` and/or `expiry_seconds`; the geometry never changes.
@@ -735,6 +761,7 @@ impl Engine {
         })
         .await?;
         self.forget(client_id, name);
+        self.stats.note(&updated);
         Ok(updated)
     }
 }

@@ -117,6 +117,17 @@ impl Store for CountingStore {
     fn list_dedupers(&self, _: &str, _: bool) -> Result<Vec<Deduper>, StorageError> {
         Ok(Vec::new())
     }
+    fn delete_deduper(&self, d: &Deduper) -> Result<bool, StorageError> {
+        let key = (d.client_id.clone(), d.name.clone());
+        Ok(self.dedupers.lock().unwrap().remove(&key).is_some())
+    }
+    fn bit_stats(&self, _: &Deduper, now: i64, _: u64, _: u64) -> Result<crate::storage::BitStats, StorageError> {
+        let set = self.bits.lock().unwrap().values().filter(|&&e| e >= now).count() as u64;
+        Ok(crate::storage::BitStats {
+            set_bits: set,
+            sampled_bits: set,
+        })
+    }
     fn ping(&self) -> Result<(), StorageError> {
         Ok(())
     }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{BeforeWrite, BitAddr, Cell, Change, RequestKey, StorageError, Store};
+use super::{BeforeWrite, BitAddr, BitStats, Cell, Change, RequestKey, StorageError, Store};
 use crate::deduper::Deduper;
 use crate::metrics;
 
@@ -81,6 +81,18 @@ impl Store for MeteredStore {
 
     fn list_dedupers(&self, client_id: &str, active_only: bool) -> Result<Vec<Deduper>, StorageError> {
         Self::timed("list_dedupers", || self.inner.list_dedupers(client_id, active_only))
+    }
+
+    fn delete_deduper(&self, deduper: &Deduper) -> Result<bool, StorageError> {
+        let r = Self::timed("delete_deduper", || self.inner.delete_deduper(deduper));
+        if let Ok(true) = r {
+            metrics::deduper_deleted();
+        }
+        r
+    }
+
+    fn bit_stats(&self, deduper: &Deduper, now_ms: i64, sample_bits: u64, seed: u64) -> Result<BitStats, StorageError> {
+        Self::timed("bit_stats", || self.inner.bit_stats(deduper, now_ms, sample_bits, seed))
     }
 
     fn remember_request(

@@ -59,6 +59,17 @@ pub struct RequestKey {
     pub request_id: Vec<u8>,
 }
 
+/// What a backend counted of one deduper's bits at one time (see
+/// [`Store::bit_stats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BitStats {
+    /// Bits set (expiry at or after the time asked) among those examined.
+    pub set_bits: u64,
+    /// Bits examined: every one of the m bits for an exact count, else the
+    /// size of a uniform random sample.
+    pub sampled_bits: u64,
+}
+
 /// A storage failure.
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
@@ -71,6 +82,10 @@ pub enum StorageError {
     /// Stored data could not be decoded.
     #[error("corrupt stored data: {0}")]
     Corrupt(String),
+    /// The state of the stored data forbids the operation now; the message
+    /// says why and what to do (gRPC `FAILED_PRECONDITION`).
+    #[error("{0}")]
+    Precondition(String),
     /// The backend has no room for this (e.g. the embedded store's memory
     /// budget); the message names the limit and what would fit.
     #[error("{0}")]
@@ -121,6 +136,21 @@ pub trait Store: Send + Sync + 'static {
 
     /// A client's deduper configs, sorted by name; only active ones when asked.
     fn list_dedupers(&self, client_id: &str, active_only: bool) -> Result<Vec<Deduper>, StorageError>;
+
+    /// Removes `deduper`'s bits and then its config, so an interrupted
+    /// delete leaves the config in place and can be run again (the caller
+    /// deactivates it first). `Ok(false)` when no config was there. Frees
+    /// whatever the deduper held (the embedded memory budget). Errors:
+    /// `Unavailable` (nothing or only some bits removed; run it again).
+    fn delete_deduper(&self, deduper: &Deduper) -> Result<bool, StorageError>;
+
+    /// Counts the bits of `deduper` set at `now_ms` (ms since the Unix
+    /// epoch): exactly, or over a uniform random sample of
+    /// `sample_bits` bit positions (drawn from `seed`) when the backend
+    /// cannot count them all cheaply. Expensive (a pass over the filter or a
+    /// read of the sample): called by the background statistics pass, never
+    /// on a request. Errors: `Unavailable`, `Corrupt`.
+    fn bit_stats(&self, deduper: &Deduper, now_ms: i64, sample_bits: u64, seed: u64) -> Result<BitStats, StorageError>;
 
     /// Records `record` for `key` until `expire_ms` (ms since the Unix
     /// epoch) unless an unexpired record is already there: `Ok(None)` when

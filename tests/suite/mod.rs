@@ -8,6 +8,7 @@ mod data;
 mod durability;
 mod expiry;
 mod failures;
+mod lifecycle;
 mod probability;
 mod service;
 
@@ -16,6 +17,7 @@ pub use data::*;
 pub use durability::*;
 pub use expiry::*;
 pub use failures::*;
+pub use lifecycle::*;
 pub use probability::*;
 pub use service::*;
 
@@ -44,6 +46,9 @@ macro_rules! backend_suite {
             health_and_reflection,
             concurrent_updates_lose_no_change,
             request_id_repeats_get_the_first_answer,
+            delete_deduper_refuses_active_then_removes_everything,
+            stats_estimate_live_entities_and_fpr,
+            stats_fall_to_zero_after_the_ttl,
         );
     };
     (optional $backend:expr; $($name:ident),* $(,)?) => {

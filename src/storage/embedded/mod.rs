@@ -51,7 +51,7 @@ use serde::Deserialize;
 
 use self::filter::{Filter, tick_ms_for};
 use self::requests::Requests;
-use super::{BeforeWrite, BitAddr, Cell, Change, RequestKey, StorageError, Store};
+use super::{BeforeWrite, BitAddr, BitStats, Cell, Change, RequestKey, StorageError, Store};
 use crate::clock::now_ms;
 use crate::deduper::Deduper;
 
@@ -239,6 +239,8 @@ struct Inner {
     /// they are saved in page files.
     legacy_pages: AtomicBool,
     checkpoint_lock: Mutex<()>,
+    /// Test hook: the next delete fails after its checkpoint, before its batch.
+    fail_next_delete: AtomicBool,
     stop: Mutex<bool>,
     wake: Condvar,
 }
@@ -270,6 +272,7 @@ impl EmbeddedStore {
             journal: std::sync::atomic::AtomicUsize::new(0),
             legacy_pages: AtomicBool::new(false),
             checkpoint_lock: Mutex::new(()),
+            fail_next_delete: AtomicBool::new(false),
             stop: Mutex::new(false),
             wake: Condvar::new(),
         };
@@ -311,6 +314,14 @@ impl EmbeddedStore {
     /// against `max_request_memory_mib`.
     pub fn request_memory_bytes(&self) -> u64 {
         self.inner.requests.bytes()
+    }
+
+    /// Test hook for crash safety: the next `delete_deduper` stops with
+    /// `Unavailable` between its checkpoint and its delete batch, as a crash
+    /// there would.
+    #[doc(hidden)]
+    pub fn fail_next_delete_midway(&self) {
+        self.inner.fail_next_delete.store(true, Ordering::SeqCst);
     }
 
     /// Saves every changed page and truncates the journal now.
@@ -416,6 +427,16 @@ fn cell_of(expire_ms: Option<i64>) -> Cell {
     Cell {
         expire_ms,
         legacy: None,
+    }
+}
+
+/// Removes a deduper's page file, if any. Errors: `Unavailable`.
+fn remove_page_file(config: &EmbeddedConfig, deduper: &Deduper) -> Result<(), StorageError> {
+    let path = pagefile::path(&config.path, &deduper.client_id, &deduper.name);
+    match std::fs::remove_file(&path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(unavailable(format!("removing {}: {e}", path.display()))),
     }
 }
 
@@ -549,6 +570,8 @@ impl Store for EmbeddedStore {
                     self.inner.config.max_memory_mib
                 )));
             }
+            // A page file a crashed delete left behind is not this deduper's.
+            remove_page_file(&self.inner.config, deduper)?;
             Self::put_meta(h, deduper)
         })?;
         self.inner.entry(deduper);
@@ -593,6 +616,71 @@ impl Store for EmbeddedStore {
         })?;
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
+    }
+
+    /// Under the meta lock: checkpoints (its pages are saved with the
+    /// others), drops the in-memory filter (calls already holding it finish
+    /// on it), checkpoints twice more - which clears both journal keyspaces
+    /// of every record so far, this deduper's included, so none is left to
+    /// replay into a namesake created later - then removes its meta row
+    /// (synced), then its page file, and frees its share of
+    /// `max_memory_mib`. Interrupted before the meta row goes (a failure:
+    /// the filter is put back; a crash: restart loads the page file), the
+    /// deduper is whole and a new delete finishes the job; the engine
+    /// deactivated it before, so no data call uses it meanwhile. A page file
+    /// left by a crash after that is never loaded (no meta row names it)
+    /// and is removed when a deduper of that name is created.
+    /// Errors: `Unavailable`, `Corrupt`.
+    fn delete_deduper(&self, deduper: &Deduper) -> Result<bool, StorageError> {
+        let mut reserved = self.inner.meta_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(stored) = self.get_deduper(&deduper.client_id, &deduper.name)? else {
+            return Ok(false);
+        };
+        let key = codec::deduper_key(&deduper.client_id, &deduper.name);
+        self.inner.checkpoint()?;
+        let entries = || self.inner.entries.write().unwrap_or_else(|p| p.into_inner());
+        let removed = entries().remove(&key);
+        let result = self
+            .inner
+            .checkpoint()
+            .and_then(|()| self.inner.checkpoint())
+            .and_then(|()| {
+                if self.inner.fail_next_delete.swap(false, Ordering::SeqCst) {
+                    return Err(unavailable(
+                        "injected failure between the checkpoint and the delete batch",
+                    ));
+                }
+                self.inner.with_write(|h| {
+                    h.meta.remove(key.clone()).map_err(unavailable)?;
+                    h.db.persist(PersistMode::SyncAll).map_err(unavailable)
+                })
+            });
+        if let Err(e) = result {
+            if let Some(entry) = removed {
+                entries().insert(key, entry);
+            }
+            return Err(e);
+        }
+        remove_page_file(&self.inner.config, &stored)?;
+        *reserved = reserved.saturating_sub(Filter::full_memory_bytes(&stored.geometry));
+        Ok(true)
+    }
+
+    /// Exact: [`Filter::count_live`] over the in-memory filter (O(m), see
+    /// there); `sample_bits` and `seed` are not used.
+    fn bit_stats(&self, deduper: &Deduper, now_ms: i64, _: u64, _: u64) -> Result<BitStats, StorageError> {
+        let key = codec::deduper_key(&deduper.client_id, &deduper.name);
+        let entry = self
+            .inner
+            .entries
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+            .cloned();
+        Ok(BitStats {
+            set_bits: entry.map_or(0, |e| e.filter().count_live(now_ms)),
+            sampled_bits: deduper.geometry.total_bits(),
+        })
     }
 
     /// In memory, and in the `requests` keyspace (synced like a write).

@@ -55,7 +55,7 @@ fn meta_columns() -> Vec<Vec<u8>> {
 
 /// The config row of one deduper, `None` when absent (or its table is: then
 /// the table is also forgotten as checked, so a later create re-creates it).
-fn read_row(
+pub(super) fn read_row(
     pool: &Pool,
     tables: &Tables,
     client_id: &str,

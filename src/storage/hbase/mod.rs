@@ -62,6 +62,7 @@ mod codec;
 pub mod config;
 mod data;
 mod guard;
+mod lifecycle;
 mod meta;
 mod pool;
 mod tables;
@@ -77,7 +78,7 @@ use self::data::ReadGroup;
 use self::pool::{Pool, Retry};
 use self::tables::Tables;
 pub use self::tables::{data_family, meta_family};
-use super::{BeforeWrite, BitAddr, Cell, Change, RequestKey, StorageError, Store};
+use super::{BeforeWrite, BitAddr, BitStats, Cell, Change, RequestKey, StorageError, Store};
 use crate::clock::now_ms;
 use crate::contract::layout;
 use crate::deduper::{Deduper, Level};
@@ -361,9 +362,24 @@ impl Store for HbaseStore {
         Ok(cells)
     }
 
+    /// Errors besides the claim's (`meta.rs`): `Precondition` while a
+    /// deleted namesake's delete markers would hide the bits (`lifecycle.rs`).
     fn create_deduper(&self, deduper: &Deduper) -> Result<(), StorageError> {
         self.tables.ensure_meta(&self.pool, &deduper.client_id)?;
-        meta::create(&self.pool, &self.tables, deduper, now_ms())
+        let now = now_ms();
+        self.check_tombstone(deduper, now)?;
+        meta::create(&self.pool, &self.tables, deduper, now)
+    }
+
+    /// Shard rows by geometry, then the config row: see `lifecycle.rs`.
+    fn delete_deduper(&self, deduper: &Deduper) -> Result<bool, StorageError> {
+        self.delete(deduper)
+    }
+
+    /// A uniform sample of `sample_bits` positions, read like any bits
+    /// (`lifecycle.rs`): `sample_bits` cells read, split and in parallel.
+    fn bit_stats(&self, deduper: &Deduper, now_ms: i64, sample_bits: u64, seed: u64) -> Result<BitStats, StorageError> {
+        self.sample(deduper, now_ms, sample_bits, seed)
     }
 
     /// Compare-and-set on the `ver` cell, retried (see `meta.rs`).

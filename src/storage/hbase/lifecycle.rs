@@ -1,0 +1,221 @@
+//! Deleting a deduper and sampling its bits for the live statistics.
+//!
+//! # Delete
+//! 1. (The engine deactivated the deduper first.)
+//! 2. Every shard row `0..shards` of the deduper, computed from its geometry
+//!    with [`layout::data_row_key`] (no scan), gets `deleteAllRowTs` at
+//!    `T = now + expiry_seconds * 1000 + DELETE_SLACK_MS`. Bit cells carry
+//!    their expiry time as their timestamp, which can lie up to
+//!    `expiry_seconds` in the future, so a delete "as of now" would miss
+//!    them; `T` covers every cell a write within the current expiry made.
+//! 3. The config row: a tombstone cell `C:gone` = `T` is put above the
+//!    row's newest cell, then the row is deleted below it.
+//!
+//! Interrupted after any step, the config is still there (inactive) and a
+//! new delete redoes the idempotent row deletes; after step 3 it is gone.
+//!
+//! HBase keeps a delete marker until a major compaction, and the marker
+//! hides every later put with a timestamp up to `T` - which would hide the
+//! bits of a namesake deduper created before `T`. So `CreateDeduper` of the
+//! same name is refused (`FAILED_PRECONDITION`, saying when it will be
+//! allowed) until the tombstone's `T` has passed.
+//!
+//! # Statistics
+//! [`sample`]: the bits at a uniform random sample of positions (without
+//! replacement, from a seed) read through the ordinary bit read path
+//! (`getRowsWithColumns`, split and parallel as any read), counted set or
+//! not. The whole filter when it is not larger than the sample.
+
+use std::collections::HashSet;
+
+use hbase_thrift::hbase::THbaseSyncClient;
+use rand::{Rng, SeedableRng};
+
+use super::codec::{self, Attributes};
+use super::pool::Retry;
+use super::{HbaseStore, in_parallel};
+use crate::clock::now_ms;
+use crate::contract::layout;
+use crate::deduper::Deduper;
+use crate::storage::{BitAddr, BitStats, StorageError};
+
+/// Added to the delete time of the bit rows for clock differences between
+/// the replicas that wrote the bits and this one, in ms.
+pub const DELETE_SLACK_MS: i64 = 60_000;
+
+/// The tombstone column of a deleted deduper's config row: 8-byte BE ms
+/// until which its delete markers hide new bits.
+const TOMBSTONE: &str = "gone";
+
+fn tombstone_col() -> Vec<u8> {
+    codec::column(layout::META_FAMILY, TOMBSTONE)
+}
+
+impl HbaseStore {
+    /// See the module docs. `Ok(false)` when no config was there.
+    pub(super) fn delete(&self, d: &Deduper) -> Result<bool, StorageError> {
+        let Some(stored) = self.get_config_row(&d.client_id, &d.name)? else {
+            return Ok(false);
+        };
+        let (stored, newest) = stored;
+        let now = now_ms();
+        let expiry_ms = i64::try_from(stored.expiry_seconds.saturating_mul(1000)).unwrap_or(i64::MAX / 2);
+        let until = now.saturating_add(expiry_ms).saturating_add(DELETE_SLACK_MS);
+        self.tables.ensure_data(&self.pool)?;
+        let table = self.data_table(&stored);
+        let shards: Vec<u32> = (0..stored.geometry.shards).collect();
+        let what = format!("deleteAllRowTs {table}");
+        in_parallel(&shards, |&shard| {
+            let row = layout::data_row_key(shard, &stored.client_id, &stored.name);
+            self.tables.on_table(&self.pool, &table, &what, || {
+                self.pool.call(Retry::Idempotent, |c| {
+                    c.delete_all_row_ts(table.clone().into_bytes(), row.clone(), until, Attributes::new())
+                })
+            })
+        })?;
+        let meta = layout::meta_table(&stored.client_id);
+        let row = layout::meta_row_key(&stored.client_id, &stored.name);
+        let below = newest.max(now);
+        self.pool
+            .call(Retry::Idempotent, |c| {
+                c.mutate_row_ts(
+                    meta.clone().into_bytes(),
+                    row.clone(),
+                    vec![codec::put(tombstone_col(), until.to_be_bytes().to_vec())],
+                    below + 1,
+                    Attributes::new(),
+                )
+            })
+            .map_err(|e| e.into_storage(&format!("mutateRowTs {meta}")))?;
+        self.pool
+            .call(Retry::Idempotent, |c| {
+                c.delete_all_row_ts(meta.clone().into_bytes(), row.clone(), below, Attributes::new())
+            })
+            .map_err(|e| e.into_storage(&format!("deleteAllRowTs {meta}")))?;
+        Ok(true)
+    }
+
+    /// The config and the newest cell timestamp of its row, `None` when absent.
+    fn get_config_row(&self, client_id: &str, name: &str) -> Result<Option<(Deduper, i64)>, StorageError> {
+        let Some(columns) = super::meta::read_row(&self.pool, &self.tables, client_id, name)? else {
+            return Ok(None);
+        };
+        let newest = columns.values().filter_map(|c| c.timestamp).max().unwrap_or(0);
+        Ok(codec::decode_deduper(client_id, &columns)?.map(|d| (d, newest)))
+    }
+
+    /// `FAILED_PRECONDITION` while a deleted namesake's delete markers would
+    /// hide the new deduper's bits (see the module docs).
+    pub(super) fn check_tombstone(&self, d: &Deduper, now_ms: i64) -> Result<(), StorageError> {
+        let meta = layout::meta_table(&d.client_id);
+        let row = layout::meta_row_key(&d.client_id, &d.name);
+        let rows = match self.pool.call(Retry::Idempotent, |c| {
+            c.get_row_with_columns(
+                meta.clone().into_bytes(),
+                row.clone(),
+                vec![tombstone_col()],
+                Attributes::new(),
+            )
+        }) {
+            Ok(rows) => rows,
+            Err(e) if e.is_table_not_found(&meta) => return Ok(()),
+            Err(e) => return Err(e.into_storage(&format!("getRowWithColumns {meta}"))),
+        };
+        let until = rows
+            .into_iter()
+            .next()
+            .and_then(|r| r.columns)
+            .and_then(|mut cols| cols.remove(&tombstone_col()))
+            .and_then(|c| c.value)
+            .and_then(|v| layout::decode_expire_ms(&v));
+        match until {
+            Some(until) if until >= now_ms => Err(StorageError::Precondition(format!(
+                "deduper {:?} of client {:?} was deleted recently; HBase's delete markers hide bits written under \
+                 this name until {} ms since the epoch ({} s from now, the old expiry_seconds plus {} s); create it \
+                 then, or use another name now",
+                d.name,
+                d.client_id,
+                until,
+                (until - now_ms).div_euclid(1000) + 1,
+                DELETE_SLACK_MS / 1000
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Counts the set bits at `sample_bits` uniform random positions drawn
+    /// without replacement from `seed` (every bit when m is not larger).
+    pub(super) fn sample(
+        &self,
+        d: &Deduper,
+        now_ms: i64,
+        sample_bits: u64,
+        seed: u64,
+    ) -> Result<BitStats, StorageError> {
+        let addrs = sample_positions(d, sample_bits, seed);
+        let cells = self.read(d, &addrs)?;
+        Ok(BitStats {
+            set_bits: cells.iter().filter(|c| c.is_set(now_ms)).count() as u64,
+            sampled_bits: addrs.len() as u64,
+        })
+    }
+}
+
+/// `min(sample_bits, m)` distinct bit positions of `d`, uniform (Floyd's
+/// algorithm, so O(sample) whatever m), sorted; every bit when m is not
+/// larger than the sample.
+pub fn sample_positions(d: &Deduper, sample_bits: u64, seed: u64) -> Vec<BitAddr> {
+    let m = d.geometry.total_bits();
+    let bps = u64::from(d.geometry.bits_per_shard.max(1));
+    let at = |i: u64| BitAddr {
+        shard: (i / bps) as u32,
+        bit: (i % bps) as u32,
+    };
+    if m <= sample_bits {
+        return (0..m).map(at).collect();
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut chosen = HashSet::with_capacity(sample_bits as usize);
+    for j in (m - sample_bits)..m {
+        let t = rng.random_range(0..=j);
+        if !chosen.insert(t) {
+            chosen.insert(j);
+        }
+    }
+    let mut out: Vec<BitAddr> = chosen.into_iter().map(at).collect();
+    out.sort_unstable();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::sizing::Geometry;
+    use crate::deduper::Level;
+
+    fn deduper(shards: u32, bps: u32) -> Deduper {
+        let g = Geometry {
+            hash_functions: 3,
+            shards,
+            bits_per_shard: bps,
+        };
+        Deduper::new("c", "d", g, 60, Level::Global, 0)
+    }
+
+    #[test]
+    fn samples_are_distinct_sorted_in_range_and_repeatable() {
+        let d = deduper(4, 1000);
+        let s = sample_positions(&d, 1000, 7);
+        assert_eq!(s.len(), 1000);
+        assert!(s.windows(2).all(|w| w[0] < w[1]));
+        assert!(s.iter().all(|a| a.shard < 4 && a.bit < 1000));
+        assert_eq!(s, sample_positions(&d, 1000, 7));
+        assert_ne!(s, sample_positions(&d, 1000, 8));
+        // Uniform: each of the 4 shards gets about a quarter (250 +/- 4 sigma = 55).
+        for shard in 0..4 {
+            let n = s.iter().filter(|a| a.shard == shard).count();
+            assert!((195..=305).contains(&n), "shard {shard}: {n}");
+        }
+        assert_eq!(sample_positions(&d, 5000, 1).len(), 4000, "all bits when m <= sample");
+    }
+}

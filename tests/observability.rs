@@ -1,0 +1,196 @@
+//! What operators run against Solus: the Prometheus rules (checked and
+//! unit-tested with promtool when it is installed) and the Grafana
+//! dashboard, cross-checked against the metric names the real server
+//! exports after some traffic.
+
+mod common;
+mod process;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use solus::api::pb;
+use solus::api::pb::deduper_admin_service_client::DeduperAdminServiceClient;
+use solus::api::pb::deduper_service_client::DeduperServiceClient;
+
+use common::{create_geom, create_np, ents, skipped};
+use process::SolusProcess;
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// Every `solus_...` metric name in `text`.
+fn metric_names(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("solus_") {
+        let before = rest[..at].chars().next_back();
+        let tail = &rest[at..];
+        let len = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        if !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+            out.insert(tail[..len].to_string());
+        }
+        rest = &tail[len..];
+    }
+    out
+}
+
+fn promtool() -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join("promtool"))
+            .find(|p| p.is_file())
+    })
+}
+
+#[test]
+fn prometheus_rules_pass_promtool_check_and_unit_tests() {
+    let Some(promtool) = promtool() else {
+        skipped(
+            "prometheus_rules_pass_promtool_check_and_unit_tests",
+            "promtool is not on the PATH (Debian package `prometheus`)",
+        );
+        return;
+    };
+    let dir = repo("deploy/prometheus");
+    for args in [
+        ["check", "rules", "solus-rules.yaml"],
+        ["test", "rules", "solus-rules.test.yaml"],
+    ] {
+        let out = std::process::Command::new(&promtool)
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .expect("running promtool");
+        assert!(
+            out.status.success(),
+            "promtool {}:\n{}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn the_dashboard_is_grafana_json_and_has_the_promised_panels() {
+    let text = std::fs::read_to_string(repo("deploy/grafana/solus.json")).unwrap();
+    let dash: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let titles: Vec<&str> = dash["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["title"].as_str())
+        .collect();
+    for wanted in [
+        "Requests/s by RPC and status",
+        "Entities/s by RPC",
+        "Latency percentiles by RPC",
+        "Storage errors/s by operation",
+        "Fill (fraction of bits set now)",
+        "Estimated false-positive rate vs sized p",
+    ] {
+        assert!(titles.contains(&wanted), "{wanted:?} missing from {titles:?}");
+    }
+}
+
+/// The real server, after some traffic (data calls, admin calls, a delete,
+/// a statistics pass): every metric name the dashboard and the rules use is
+/// on `/metrics`; a `_bucket`, `_sum` or `_count` name belongs to a
+/// histogram the server declares.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_metric_of_the_dashboard_and_the_rules_is_exported() {
+    let server = SolusProcess::start(&[("SOLUS__STATS__REFRESH_INTERVAL_MS", "100".into())]).await;
+    let ch = server.channel().await;
+    let mut admin = DeduperAdminServiceClient::new(ch.clone());
+    let mut data = DeduperServiceClient::new(ch.clone());
+    admin
+        .create_deduper(create_np("c", "d", 10_000, 0.01, 600))
+        .await
+        .unwrap();
+    admin
+        .create_deduper(create_geom("c", "gone", 3, 1, 1000, 60))
+        .await
+        .unwrap();
+    let items: Vec<String> = (0..100).map(|i| format!("e{i}")).collect();
+    data.add(pb::AddRequest {
+        client_id: "c".into(),
+        deduper: "d".into(),
+        entities: ents(&items),
+        ttl_ms: 0,
+        request_id: None,
+    })
+    .await
+    .unwrap();
+    data.check_absence(pb::CheckAbsenceRequest {
+        client_id: "c".into(),
+        deduper: "d".into(),
+        entities: ents(&items),
+    })
+    .await
+    .unwrap();
+    data.add_if_absent(pb::AddIfAbsentRequest {
+        client_id: "c".into(),
+        deduper: "d".into(),
+        entities: ents(&["new"]),
+        ttl_ms: 0,
+        request_id: None,
+    })
+    .await
+    .unwrap();
+    admin
+        .delete_deduper(pb::DeleteDeduperRequest {
+            client_id: "c".into(),
+            name: "gone".into(),
+            force: true,
+        })
+        .await
+        .unwrap();
+    let mut page = String::new();
+    for _ in 0..200 {
+        page = server.metrics().await;
+        if page.contains(r#"solus_deduper_load_ratio{client="c",deduper="d"}"#) && page.contains("solus_ready ") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let exported: BTreeSet<String> = page
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .map(str::to_string)
+        .collect();
+    let histograms: BTreeSet<&str> = page
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" histogram"))
+        .collect();
+    for file in ["deploy/grafana/solus.json", "deploy/prometheus/solus-rules.yaml"] {
+        let used = metric_names(&std::fs::read_to_string(repo(file)).unwrap());
+        assert!(used.len() >= 5, "{file}: {used:?}");
+        for name in &used {
+            // A histogram's base name (in a description) is declared, not sampled.
+            assert!(
+                exported.contains(name) || histograms.contains(name.as_str()),
+                "{file} uses {name}, not on /metrics:\n{page}"
+            );
+            if let Some(base) = ["_bucket", "_sum", "_count"].iter().find_map(|s| name.strip_suffix(s)) {
+                assert!(histograms.contains(base), "{name}: {base} is not a histogram");
+            }
+        }
+        eprintln!("{file}: {} metric names, all exported: {used:?}", used.len());
+    }
+}
+
+#[test]
+fn metric_names_are_found_in_text() {
+    let names = metric_names(r#"rate(solus_requests_total{a="b"}[5m]) / x_solus_no + solus_ready"#);
+    assert_eq!(
+        names.into_iter().collect::<Vec<_>>(),
+        ["solus_ready", "solus_requests_total"]
+    );
+}
