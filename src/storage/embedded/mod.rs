@@ -2,8 +2,8 @@
 //!
 //! Bits live in memory as pages of one-byte expiry stamps ([`filter`]),
 //! answering reads without I/O. Every write request appends one compact
-//! record to a journal (a fjall keyspace; fjall is a pure-Rust LSM engine)
-//! before it is acknowledged; a background checkpoint writes the pages that
+//! record to the journal ([`journal`], plain append-only files) before it
+//! is acknowledged; a background checkpoint writes the pages that
 //! changed in place into one file per deduper ([`pagefile`]), syncs it, and
 //! then drops the journal records they cover. Because a write only ever
 //! raises a stamp (max), records can be replayed in any order and replaying
@@ -34,6 +34,7 @@
 
 mod codec;
 pub mod filter;
+mod journal;
 mod pagefile;
 mod persist;
 mod requests;
@@ -174,10 +175,9 @@ struct Handles {
     /// Pages as earlier versions stored them (u32 stamps); read once at
     /// start-up, then emptied by the first checkpoint.
     pages: Keyspace,
-    /// Two journal keyspaces used in turn: a checkpoint switches writers to
-    /// the other one, saves the pages, then clears the one it left whole
-    /// (fjall drops its tables at once, leaving nothing to compact).
-    journals: [Keyspace; 2],
+    /// The journal of earlier versions; replayed once at start-up, then
+    /// emptied by the first checkpoint.
+    legacy_journal: Keyspace,
     /// Remembered request answers (see `requests.rs`).
     requests: Keyspace,
     /// One key, rewritten by the health probe after a failed write.
@@ -206,7 +206,7 @@ impl Handles {
         Ok(Handles {
             meta: ks("meta", 4)?,
             pages: ks("pages", 4)?,
-            journals: [ks("journal", 4)?, ks("journal-b", 4)?],
+            legacy_journal: ks("journal", 1)?,
             requests: ks("requests", 4)?,
             probe: ks("probe", 1)?,
             db,
@@ -222,19 +222,19 @@ struct Inner {
     broken: AtomicBool,
     /// The last write failed; `ping` fails until a probe write succeeds.
     write_failed: AtomicBool,
-    /// Writers hold it shared from taking a journal number until their bits
-    /// are raised; a checkpoint takes it exclusively to read `next_seq`, so
-    /// every record below that number has its bits in memory.
+    /// Writers hold it shared from appending their journal record until
+    /// their bits are raised; a checkpoint takes it exclusively to switch
+    /// the journal to a new file, so every record in the older files has
+    /// its bits in memory (and its pages marked dirty).
     commit: RwLock<()>,
     requests: Requests,
     entries: RwLock<HashMap<Vec<u8>, Arc<Entry>>>,
     /// Serialises meta changes so create is check-then-insert safe; holds
     /// the bytes reserved by existing dedupers against the memory budget.
     meta_lock: Mutex<u64>,
-    next_seq: AtomicU64,
+    /// The write journal, opened by the recovery that replays it.
+    journal: std::sync::OnceLock<journal::Journal>,
     journal_bytes: AtomicU64,
-    /// Index of the journal keyspace writers append to.
-    journal: std::sync::atomic::AtomicUsize,
     /// The legacy `pages` keyspace had pages at start-up: empty it once
     /// they are saved in page files.
     legacy_pages: AtomicBool,
@@ -267,9 +267,8 @@ impl EmbeddedStore {
             commit: RwLock::new(()),
             entries: RwLock::new(HashMap::new()),
             meta_lock: Mutex::new(0),
-            next_seq: AtomicU64::new(0),
+            journal: std::sync::OnceLock::new(),
             journal_bytes: AtomicU64::new(0),
-            journal: std::sync::atomic::AtomicUsize::new(0),
             legacy_pages: AtomicBool::new(false),
             checkpoint_lock: Mutex::new(()),
             fail_next_delete: AtomicBool::new(false),
@@ -329,11 +328,9 @@ impl EmbeddedStore {
         self.inner.checkpoint()
     }
 
-    /// Checkpoints twice, so both journal keyspaces are cleared and
-    /// `disk_space` shows the steady-state size (used by the footprint
-    /// benchmark).
+    /// Checkpoints, then syncs fjall, so that `disk_space` shows the
+    /// steady-state size (used by the footprint benchmark).
     pub fn compact(&self) -> Result<(), StorageError> {
-        self.inner.checkpoint()?;
         self.inner.checkpoint()?;
         self.inner
             .with_fjall(|h| h.db.persist(PersistMode::SyncAll).map_err(unavailable))
@@ -377,17 +374,11 @@ impl EmbeddedStore {
         let len = record.len() as u64;
         inner.with_write(|h| {
             let _commit = inner.commit.read().unwrap_or_else(|p| p.into_inner());
-            let seq = inner.next_seq.fetch_add(1, Ordering::SeqCst);
-            let journal = &h.journals[inner.journal.load(Ordering::SeqCst)];
-            journal.insert(seq.to_be_bytes(), record).map_err(unavailable)?;
-            if inner.config.fsync
-                && let Err(e) = h.db.persist(PersistMode::SyncData)
-            {
-                // Best effort: fjall refuses writes after a failed sync, and
-                // the next checkpoint drops the record anyway.
-                let _ = journal.remove(seq.to_be_bytes());
-                return Err(unavailable(e));
-            }
+            let _ = h; // held for the store's failure tracking
+            inner
+                .journal()?
+                .append(&record)
+                .map_err(|e| unavailable(format!("appending to the journal: {e}")))?;
             for (i, a) in bits.iter().enumerate() {
                 if let Some(ahead) = bits.get(i + PREFETCH_AHEAD) {
                     filter.prefetch(ahead.shard, ahead.bit);
@@ -437,6 +428,13 @@ fn remove_page_file(config: &EmbeddedConfig, deduper: &Deduper) -> Result<(), St
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(unavailable(format!("removing {}: {e}", path.display()))),
+    }
+}
+
+impl Inner {
+    /// The journal. Errors: `Unavailable` before recovery opened it.
+    fn journal(&self) -> Result<&journal::Journal, StorageError> {
+        self.journal.get().ok_or_else(|| unavailable("the journal is not open"))
     }
 }
 
@@ -620,8 +618,8 @@ impl Store for EmbeddedStore {
 
     /// Under the meta lock: checkpoints (its pages are saved with the
     /// others), drops the in-memory filter (calls already holding it finish
-    /// on it), checkpoints twice more - which clears both journal keyspaces
-    /// of every record so far, this deduper's included, so none is left to
+    /// on it), checkpoints twice more - which deletes every journal file so
+    /// far, with every record this deduper's included, so none is left to
     /// replay into a namesake created later - then removes its meta row
     /// (synced), then its page file, and frees its share of
     /// `max_memory_mib`. Interrupted before the meta row goes (a failure:

@@ -54,17 +54,10 @@ impl Inner {
             }
             legacy += 1;
         }
-        self.legacy_pages.store(legacy > 0, Ordering::SeqCst);
-        let (mut records, mut next) = (0u64, 0u64);
-        let mut journal_bytes = 0u64;
-        for kv in h.journals.iter().flat_map(|j| j.iter()) {
-            let (key, value) = kv.into_inner().map_err(unavailable)?;
-            let seq = u64::from_be_bytes(
-                key.as_ref()
-                    .try_into()
-                    .map_err(|_| StorageError::Corrupt("journal key".into()))?,
-            );
-            let w = codec::decode_write(&value)?;
+        // Journals of earlier versions (a fjall keyspace), then ours.
+        let (mut records, mut journal_bytes) = (0u64, 0u64);
+        let mut replay = |value: &[u8]| -> Result<(), StorageError> {
+            let w = codec::decode_write(value)?;
             if let (Some(e), Some(d)) = (map.get(w.deduper), dedupers.get(w.deduper)) {
                 for a in &w.bits {
                     raise_replayed(e, d, a.shard, a.bit, w.stamp, now);
@@ -72,8 +65,26 @@ impl Inner {
             }
             records += 1;
             journal_bytes += value.len() as u64;
-            next = next.max(seq + 1);
+            Ok(())
+        };
+        let mut legacy_journal = false;
+        for kv in h.legacy_journal.iter() {
+            let (_, value) = kv.into_inner().map_err(unavailable)?;
+            replay(&value)?;
+            legacy_journal = true;
         }
+        if self.journal.get().is_none() {
+            let mut failed = Ok(());
+            let journal = journal::Journal::open(&self.config.path.join("journal"), self.config.fsync, |r| {
+                if failed.is_ok() {
+                    failed = replay(r);
+                }
+            })
+            .map_err(|e| unavailable(format!("opening the journal: {e}")))?;
+            failed?;
+            let _ = self.journal.set(journal);
+        }
+        self.legacy_pages.store(legacy > 0 || legacy_journal, Ordering::SeqCst);
         let mut requests = 0u64;
         for kv in h.requests.iter() {
             let (key, value) = kv.into_inner().map_err(unavailable)?;
@@ -102,7 +113,6 @@ impl Inner {
             );
         }
         *self.meta_lock.lock().unwrap_or_else(|p| p.into_inner()) = reserved;
-        self.next_seq.store(next, Ordering::SeqCst);
         self.journal_bytes.store(journal_bytes, Ordering::SeqCst);
         *self.entries.write().unwrap_or_else(|p| p.into_inner()) = map;
         Ok(())
@@ -167,24 +177,26 @@ impl Inner {
 
     /// Saves changed pages, then drops the journal records they cover.
     ///
-    /// Every record in the journal keyspace writers leave had its bits
-    /// raised in memory and its page marked dirty before the switch, so the
-    /// pages saved after it include it. Records written since stay.
+    /// Every record in the journal files writers leave had its bits raised
+    /// in memory and its page marked dirty before the switch, so the pages
+    /// saved after it include it. Records written since stay.
     pub(super) fn checkpoint(&self) -> Result<(), StorageError> {
         let _one = self.checkpoint_lock.lock().unwrap_or_else(|p| p.into_inner());
         self.with_fjall(|h| self.checkpoint_with(h))
     }
 
     fn checkpoint_with(&self, h: &Handles) -> Result<(), StorageError> {
-        // Exclusive for a moment: no write is between its number and its
-        // raise. Writers move to the other journal keyspace: every record
-        // left in this one is below `upto`, so clearing it after the pages
+        // Exclusive for a moment: no write is between its journal append
+        // and its raise. Writers move to a new journal file: every record in
+        // the older ones has its page dirty, so deleting them once the pages
         // are saved drops exactly what they cover.
-        let (left, journal_before) = {
+        let journal = self.journal()?;
+        let (keep, journal_before) = {
             let _all = self.commit.write().unwrap_or_else(|p| p.into_inner());
-            let left = self.journal.load(Ordering::SeqCst);
-            self.journal.store(1 - left, Ordering::SeqCst);
-            (left, self.journal_bytes.load(Ordering::SeqCst))
+            let keep = journal
+                .switch()
+                .map_err(|e| unavailable(format!("starting a journal file: {e}")))?;
+            (keep, self.journal_bytes.load(Ordering::SeqCst))
         };
         let entries: Vec<Arc<Entry>> = self
             .entries
@@ -201,7 +213,9 @@ impl Inner {
             }
             return Err(e);
         }
-        h.journals[left].clear().map_err(unavailable)?;
+        journal
+            .drop_before(keep)
+            .map_err(|e| unavailable(format!("deleting old journal files: {e}")))?;
         let _ = self
             .journal_bytes
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |b| {
@@ -214,6 +228,7 @@ impl Inner {
         batch.commit().map_err(unavailable)?;
         if self.legacy_pages.load(Ordering::SeqCst) {
             h.pages.clear().map_err(unavailable)?;
+            h.legacy_journal.clear().map_err(unavailable)?;
             self.legacy_pages.store(false, Ordering::SeqCst);
             tracing::info!("pages stored by an earlier version are now in page files");
         }
