@@ -745,7 +745,7 @@ fn render(s: &Summary, a: &CompareArgs, from_file: bool) -> String {
             a.concurrency,
             a.key_space,
             if from_file {
-                "; its keys are not the loaded --input keys (checks miss, adds create keys)"
+                "; its keys are key:<i> over the key space, not the --input keys (checks of those miss, adds create keys)"
             } else {
                 ", the same keys as ours"
             }
