@@ -759,3 +759,17 @@ fn render(s: &Summary, a: &CompareArgs, from_file: bool) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::parse_redis_benchmark_csv;
+
+    #[test]
+    fn reads_redis_benchmark_csv() {
+        let v7 = "\"test\",\"rps\",\"avg_latency_ms\",\"min_latency_ms\",\"p50_latency_ms\",\"p95_latency_ms\",\"p99_latency_ms\",\"max_latency_ms\"\n\"SET key:__rand_int__ 1 NX PX 3600000\",\"458715.59\",\"1.293\",\"0.432\",\"0.847\",\"2.663\",\"4.575\",\"8.247\"\n";
+        assert_eq!(parse_redis_benchmark_csv(v7).unwrap(), (458715.59, Some(4.575)));
+        let old = "\"EXISTS key:__rand_int__\",\"1200000.00\"\n";
+        assert_eq!(parse_redis_benchmark_csv(old).unwrap(), (1_200_000.0, None));
+        assert!(parse_redis_benchmark_csv("").is_err());
+    }
+}
