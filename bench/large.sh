@@ -172,7 +172,7 @@ out=$work/large-results.md
     echo "Disk bytes written per entity added: $per_entity ($((w1 - w0)) B of /proc/<pid>/io write_bytes over $add_entities entities sent by the full-speed AddIfAbsent run, including one checkpoint interval after it; $per_entity_run B during the run alone)."
     echo "Solus at the end: RSS $rss B, data directory $disk_alloc B allocated ($disk_apparent B apparent)."
     echo
-    echo "Done-when (issue 10): AddIfAbsent $(ratio "$add_eps" "$redis_set") Redis (>= 2x), $(ratio "$add_eps" "$bf_add") RedisBloom (>= 1x); CheckAbsence $(ratio "$check_eps" "$redis_exists") Redis (>= 2x), $(ratio "$check_eps" "$bf_exists") RedisBloom (>= 1x); p99 at half of peak $v_add_half / $v_check_half ms (< 10 ms: $(half_p99_ok "$v_add_half" "$v_check_half")); disk bytes written per entity added $per_entity."
+    echo "Done-when (issue 10): AddIfAbsent $(ratio "$add_eps" "$redis_set") Redis (>= 2x), $(ratio "$add_eps" "$bf_add") RedisBloom (>= 1x); CheckAbsence $(ratio "$check_eps" "$redis_exists") Redis (>= 2x), $(ratio "$check_eps" "$bf_exists") RedisBloom (>= 1x); p99 at half of peak $(printf %.2f "$v_add_half") / $(printf %.2f "$v_check_half") ms (< 10 ms: $(half_p99_ok "$v_add_half" "$v_check_half")); disk bytes written per entity added $per_entity."
 } >"$out"
 mkdir -p target
 cp "$out" target/large-results.md
