@@ -73,29 +73,63 @@ impl Report {
     }
 }
 
-/// The key space: the first `n` keys of `input`, or generated ones.
-pub fn load_keys(args: &BenchArgs) -> anyhow::Result<Arc<Vec<Bytes>>> {
-    let n = args.key_space.max(1);
-    let keys: Vec<Bytes> = match &args.input {
-        Some(path) => {
-            let file = std::fs::File::open(path).with_context(|| format!("opening --input {}", path.display()))?;
-            let mut keys = Vec::with_capacity(n);
-            for line in BufReader::new(file).lines() {
-                let line = line.with_context(|| format!("reading {}", path.display()))?;
-                let key = line.split('\t').next().unwrap_or_default();
-                if !key.is_empty() {
-                    keys.push(Bytes::from(key.to_string()));
-                }
-                if keys.len() == n {
-                    break;
-                }
-            }
-            anyhow::ensure!(!keys.is_empty(), "{} holds no keys", path.display());
-            keys
+/// The key space: the first keys of `--input` (at most `--key-space`; with
+/// `--extend-input`, then generated ones up to `--key-space`), or generated ones. Generated keys are made on demand
+/// (a key space of 10^8 costs no memory) in redis-benchmark's `__rand_int__`
+/// format, so `key:__rand_int__` with `-r <key space>` draws the same keys.
+pub struct KeySpace {
+    file: Vec<Bytes>,
+    len: usize,
+}
+
+impl KeySpace {
+    /// Distinct keys (a count).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Keys read from `--input` (the rest are generated).
+    pub fn read_from_file(&self) -> usize {
+        self.file.len()
+    }
+
+    /// The `i`-th key (`i < len`).
+    pub fn get(&self, i: usize) -> Bytes {
+        match self.file.get(i) {
+            Some(k) => k.clone(),
+            None => generated_key(i),
         }
-        None => (0..n).map(|i| Bytes::from(format!("key-{i:010}"))).collect(),
-    };
-    Ok(Arc::new(keys))
+    }
+}
+
+/// The `i`-th generated key: `key:` and 12 digits, as redis-benchmark's `key:__rand_int__`.
+pub fn generated_key(i: usize) -> Bytes {
+    Bytes::from(format!("key:{i:012}"))
+}
+
+/// The key space of `args` (see [`KeySpace`]).
+pub fn load_keys(args: &BenchArgs) -> anyhow::Result<Arc<KeySpace>> {
+    let n = args.key_space.max(1);
+    let mut file = Vec::new();
+    if let Some(path) = &args.input {
+        let f = std::fs::File::open(path).with_context(|| format!("opening --input {}", path.display()))?;
+        for line in BufReader::new(f).lines() {
+            if file.len() == n {
+                break;
+            }
+            let line = line.with_context(|| format!("reading {}", path.display()))?;
+            let key = line.split('\t').next().unwrap_or_default();
+            if !key.is_empty() {
+                file.push(Bytes::from(key.to_string()));
+            }
+        }
+        anyhow::ensure!(!file.is_empty(), "{} holds no keys", path.display());
+        if !args.extend_input {
+            let len = file.len();
+            return Ok(Arc::new(KeySpace { file, len }));
+        }
+    }
+    Ok(Arc::new(KeySpace { file, len: n }))
 }
 
 struct Shared {
@@ -118,16 +152,16 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
         "--batch and --concurrency must be at least 1"
     );
     let keys = load_keys(args)?;
+    let n = args.expected_insertions.unwrap_or(keys.len() as u64);
+    let p = args.false_positive_rate;
     let system = match &args.redis {
-        Some(url) => System::redis(url).await?,
-        None => {
-            let n = keys.len() as u64;
-            System::solus(&args.target, &args.client, &args.deduper, n, args.false_positive_rate).await?
-        }
+        Some(url) => System::redis(url, args.bloom_key.as_deref(), n, p).await?,
+        None => System::solus(&args.target, &args.client, &args.deduper, n, p).await?,
     };
-    let name = match &args.redis {
-        Some(url) => format!("redis {url}"),
-        None => format!("solus {}", args.target.addr),
+    let name = match (&args.redis, &args.bloom_key) {
+        (Some(url), Some(key)) => format!("redisbloom {url} {key}"),
+        (Some(url), None) => format!("redis {url}"),
+        (None, _) => format!("solus {}", args.target.addr),
     };
     let shared = Arc::new(Shared {
         requests: AtomicU64::new(0),
@@ -171,11 +205,9 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<Report> {
                     if from >= keys.len() {
                         break;
                     }
-                    keys[from..(from + batch).min(keys.len())].to_vec()
+                    (from..(from + batch).min(keys.len())).map(|i| keys.get(i)).collect()
                 } else {
-                    (0..batch)
-                        .map(|_| keys[rng.random_range(0..keys.len())].clone())
-                        .collect()
+                    (0..batch).map(|_| keys.get(rng.random_range(0..keys.len()))).collect()
                 };
                 if let Some(p) = pacer.as_mut() {
                     p.tick().await;

@@ -24,11 +24,11 @@ use super::Target;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Op {
-    /// `Add` (Redis: pipelined `SET k 1 NX PX ttl`).
+    /// `Add` (Redis: pipelined `SET k 1 NX PX ttl`; RedisBloom: `BF.ADD`).
     Add,
-    /// `CheckAbsence` (Redis: pipelined `EXISTS k`).
+    /// `CheckAbsence` (Redis: pipelined `EXISTS k`; RedisBloom: `BF.EXISTS`).
     Check,
-    /// `AddIfAbsent` (Redis: pipelined `SET k 1 NX PX ttl`, absent = OK).
+    /// `AddIfAbsent` (Redis: pipelined `SET k 1 NX PX ttl`, absent = OK; RedisBloom: `BF.ADD`).
     AddIfAbsent,
     /// 50% check, 30% add-if-absent, 20% add.
     Mix,
@@ -63,6 +63,10 @@ pub struct BenchArgs {
     /// Benchmark a Redis server at this URL (e.g. `redis://127.0.0.1:6379`) instead of Solus.
     #[arg(long)]
     pub redis: Option<String>,
+    /// With --redis: drive the RedisBloom filter of this key (`BF.ADD` / `BF.EXISTS`)
+    /// instead of one key per entity; created when missing (`BF.RESERVE key p n`).
+    #[arg(long, requires = "redis")]
+    pub bloom_key: Option<String>,
     /// What each request does.
     #[arg(long, value_enum, default_value = "add-if-absent")]
     pub op: Op,
@@ -81,9 +85,14 @@ pub struct BenchArgs {
     /// Pace to this many requests/s in total (default: as fast as possible).
     #[arg(long)]
     pub rate: Option<f64>,
-    /// Distinct keys to draw from, a count (generated `key-<i>`, or the first N of --input).
+    /// Distinct keys to draw from, a count: the first lines of --input, or
+    /// generated `key:<12 digits>` (redis-benchmark's `key:__rand_int__` with `-r <count>`).
     #[arg(long, default_value_t = 1_000_000)]
     pub key_space: usize,
+    /// When --input holds fewer than --key-space keys, continue with generated keys
+    /// (`key:<i>`, i from the number read) up to --key-space instead of stopping at the file's end.
+    #[arg(long)]
+    pub extend_input: bool,
     /// Send every key of the key space exactly once, in order, then stop (a load phase).
     #[arg(long)]
     pub sequential: bool,
@@ -99,10 +108,14 @@ pub struct BenchArgs {
     /// Client id of the deduper benchmarked.
     #[arg(long, default_value = "bench")]
     pub client: String,
-    /// Deduper benchmarked; created when missing (n = --key-space, p = --false-positive-rate).
+    /// Deduper benchmarked; created when missing (n = --expected-insertions, p = --false-positive-rate).
     #[arg(long, default_value = "bench")]
     pub deduper: String,
-    /// p of the deduper created when missing, a fraction in (0, 1) (n = --key-space).
+    /// n of the deduper created when missing, a count (default: --key-space).
+    /// Smaller than --key-space to draw random keys over more than the deduper holds.
+    #[arg(long)]
+    pub expected_insertions: Option<u64>,
+    /// p of the deduper created when missing, a fraction in (0, 1).
     #[arg(long, default_value_t = 0.01)]
     pub false_positive_rate: f64,
     /// Print the summary as one JSON object on stdout.

@@ -1,6 +1,7 @@
-//! The two systems a benchmark can drive: Solus over gRPC, or Redis with one
-//! key per entity (`SET k 1 NX PX ttl`, pipelined per batch) - what teams
-//! commonly use instead of a Bloom dedup service.
+//! The systems a benchmark can drive: Solus over gRPC, Redis with one key per
+//! entity (`SET k 1 NX PX ttl`, pipelined per batch) - what teams commonly use
+//! instead of a Bloom dedup service - or RedisBloom (`BF.ADD` / `BF.EXISTS`
+//! on one filter key, pipelined per batch; no per-entity expiry).
 
 use anyhow::Context;
 use prost::bytes::Bytes;
@@ -22,7 +23,11 @@ pub enum System {
         client_id: String,
         deduper: String,
     },
-    Redis(redis::aio::MultiplexedConnection),
+    /// One key per entity, or with a filter key, RedisBloom's `BF.ADD` / `BF.EXISTS` on it.
+    Redis {
+        conn: redis::aio::MultiplexedConnection,
+        bloom: Option<String>,
+    },
 }
 
 impl System {
@@ -65,13 +70,31 @@ impl System {
         })
     }
 
-    pub async fn redis(url: &str) -> anyhow::Result<System> {
+    /// Connects to Redis. With `bloom`, the RedisBloom filter of that key is
+    /// created when missing (`BF.RESERVE bloom p n`).
+    pub async fn redis(url: &str, bloom: Option<&str>, n: u64, p: f64) -> anyhow::Result<System> {
         let client = redis::Client::open(url).with_context(|| format!("bad Redis URL {url:?}"))?;
-        let conn = client
+        let mut conn = client
             .get_multiplexed_async_connection()
             .await
             .with_context(|| format!("connecting to {url}"))?;
-        Ok(System::Redis(conn))
+        if let Some(key) = bloom {
+            let r: redis::RedisResult<()> = redis::cmd("BF.RESERVE")
+                .arg(key)
+                .arg(p)
+                .arg(n.max(1))
+                .query_async(&mut conn)
+                .await;
+            match r {
+                Ok(()) => {}
+                Err(e) if e.to_string().contains("exists") => {}
+                Err(e) => return Err(e).with_context(|| format!("BF.RESERVE {key} {p} {n} (is RedisBloom loaded?)")),
+            }
+        }
+        Ok(System::Redis {
+            conn,
+            bloom: bloom.map(str::to_string),
+        })
     }
 
     /// Sends one request of `keys`; errors carry a status-code name.
@@ -115,12 +138,14 @@ impl System {
                 };
                 r.map_err(|s| crate::api::code_name(s.code()).to_string())
             }
-            System::Redis(conn) => {
+            System::Redis { conn, bloom } => {
                 let mut pipe = redis::pipe();
                 for k in &keys {
-                    match call {
-                        Call::Check => pipe.cmd("EXISTS").arg(&k[..]),
-                        Call::Add | Call::AddIfAbsent => pipe
+                    match (call, bloom.as_deref()) {
+                        (Call::Check, Some(f)) => pipe.cmd("BF.EXISTS").arg(f).arg(&k[..]),
+                        (Call::Add | Call::AddIfAbsent, Some(f)) => pipe.cmd("BF.ADD").arg(f).arg(&k[..]),
+                        (Call::Check, None) => pipe.cmd("EXISTS").arg(&k[..]),
+                        (Call::Add | Call::AddIfAbsent, None) => pipe
                             .cmd("SET")
                             .arg(&k[..])
                             .arg(1)
