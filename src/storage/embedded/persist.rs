@@ -119,6 +119,7 @@ impl Inner {
     }
 
     pub(super) fn checkpoint_loop(&self) {
+        lower_thread_priority();
         let interval = Duration::from_millis(self.config.checkpoint_interval_ms.max(10));
         let mut last = std::time::Instant::now();
         loop {
@@ -233,6 +234,24 @@ impl Inner {
             tracing::info!("pages stored by an earlier version are now in page files");
         }
         Ok(())
+    }
+}
+
+/// Gives the calling thread the lowest CPU priority short of idle (nice
+/// 19): the checkpoint copies, checksums and writes pages in bulk, and on a
+/// busy machine that must not delay requests (it catches up when they
+/// pause). Linux applies `setpriority` on a thread id to that thread only.
+fn lower_thread_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: plain syscalls on this thread's own id; failure is harmless.
+        let ok = unsafe {
+            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+            libc::setpriority(libc::PRIO_PROCESS, tid, 19) == 0
+        };
+        if !ok {
+            tracing::debug!("could not lower the checkpoint thread's priority");
+        }
     }
 }
 
