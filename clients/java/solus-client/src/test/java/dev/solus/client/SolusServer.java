@@ -1,0 +1,192 @@
+package dev.solus.client;
+
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.UncheckedIOException;
+import java.net.InetSocketAddress;
+import java.net.ServerSocket;
+import java.net.Socket;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.Comparator;
+import java.util.concurrent.TimeUnit;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+import java.util.stream.Stream;
+
+/**
+ * A real {@code solus serve} for tests: the cargo-built binary named by the {@code solus.bin}
+ * system property or the {@code SOLUS_BIN} environment variable, on free loopback ports, with a
+ * fresh embedded data directory kept across {@link #restart()}.
+ */
+public final class SolusServer implements AutoCloseable {
+    private final Path binary;
+    private final Path dir;
+    private final int grpcPort;
+    private final int metricsPort;
+    private Process process;
+
+    private SolusServer() throws IOException {
+        this.binary = binary();
+        this.dir = Files.createTempDirectory("solus-java-test");
+        this.grpcPort = freePort();
+        this.metricsPort = freePort();
+    }
+
+    /** Starts a server and waits until it accepts connections. */
+    public static SolusServer start() {
+        try {
+            SolusServer s = new SolusServer();
+            s.launch();
+            return s;
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        }
+    }
+
+    /** The cargo-built {@code solus} binary the tests run. */
+    public static Path binary() {
+        String p = System.getProperty("solus.bin");
+        if (p == null || p.isBlank() || p.startsWith("${")) {
+            p = System.getenv("SOLUS_BIN");
+        }
+        if (p == null || p.isBlank()) {
+            throw new IllegalStateException("no Solus server binary: run `cargo build` at the repository root, then "
+                    + "give its path as SOLUS_BIN=.../target/debug/solus or -Dsolus.bin=...");
+        }
+        Path path = Path.of(p).toAbsolutePath();
+        if (!Files.isExecutable(path)) {
+            throw new IllegalStateException("SOLUS_BIN / solus.bin = " + path + " is not an executable file: run `cargo build`");
+        }
+        return path;
+    }
+
+    /** {@code 127.0.0.1:<port>} of the gRPC listener (the same across restarts). */
+    public String address() {
+        return "127.0.0.1:" + grpcPort;
+    }
+
+    /** Stops the server with SIGTERM (in-flight requests finish) and waits for it to exit. */
+    public void stop() {
+        if (process == null) {
+            return;
+        }
+        process.destroy();
+        try {
+            if (!process.waitFor(30, TimeUnit.SECONDS)) {
+                process.destroyForcibly().waitFor(10, TimeUnit.SECONDS);
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+        process = null;
+    }
+
+    /** Stops it, then starts it again on the same ports and data directory. */
+    public void restart() {
+        stop();
+        try {
+            launch();
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        }
+    }
+
+    /** Starts it again after {@link #stop()}. */
+    public void startAgain() {
+        try {
+            launch();
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        }
+    }
+
+    /** {@code solus_requests_total{rpc=<rpc>,code=<code>}} from /metrics (0 when absent). */
+    public long requests(String rpc, String code) {
+        String text = metrics();
+        Matcher m = Pattern.compile("^solus_requests_total\\{rpc=\"" + Pattern.quote(rpc) + "\",code=\""
+                + Pattern.quote(code) + "\"\\} (\\d+)$", Pattern.MULTILINE).matcher(text);
+        return m.find() ? Long.parseLong(m.group(1)) : 0;
+    }
+
+    /** The Prometheus text of /metrics. */
+    public String metrics() {
+        try (Socket s = new Socket("127.0.0.1", metricsPort)) {
+            s.getOutputStream().write(("GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").getBytes(StandardCharsets.US_ASCII));
+            try (InputStream in = s.getInputStream()) {
+                String resp = new String(in.readAllBytes(), StandardCharsets.UTF_8);
+                int body = resp.indexOf("\r\n\r\n");
+                return body < 0 ? resp : resp.substring(body + 4);
+            }
+        } catch (IOException e) {
+            throw new UncheckedIOException("reading http://127.0.0.1:" + metricsPort + "/metrics", e);
+        }
+    }
+
+    /** The server's log (stdout and stderr) so far. */
+    public String log() {
+        try {
+            return Files.readString(dir.resolve("server.log"));
+        } catch (IOException e) {
+            return "(no log: " + e + ")";
+        }
+    }
+
+    @Override
+    public void close() {
+        stop();
+        try (Stream<Path> files = Files.walk(dir)) {
+            files.sorted(Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
+        } catch (IOException ignored) {
+            // a temporary directory left behind is harmless
+        }
+    }
+
+    private void launch() throws IOException {
+        ProcessBuilder pb = new ProcessBuilder(binary.toString(), "serve");
+        pb.environment().put("SOLUS__SERVER__LISTEN", address());
+        pb.environment().put("SOLUS__METRICS__LISTEN", "127.0.0.1:" + metricsPort);
+        pb.environment().put("SOLUS__STORAGE__EMBEDDED__PATH", dir.resolve("data").toString());
+        pb.environment().put("SOLUS__SERVER__DRAIN_TIMEOUT_MS", "5000");
+        pb.environment().put("NO_COLOR", "1");
+        pb.environment().remove("RUST_LOG");
+        pb.environment().remove("SOLUS_BIN");
+        pb.redirectErrorStream(true);
+        pb.redirectOutput(ProcessBuilder.Redirect.appendTo(dir.resolve("server.log").toFile()));
+        process = pb.start();
+        Process started = process;
+        Runtime.getRuntime().addShutdownHook(new Thread(started::destroyForcibly));
+        long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+        while (System.nanoTime() < until) {
+            if (!process.isAlive()) {
+                throw new IllegalStateException("solus serve exited with " + process.exitValue() + ":\n" + log());
+            }
+            try (Socket s = new Socket()) {
+                s.connect(new InetSocketAddress("127.0.0.1", grpcPort), 200);
+                return;
+            } catch (IOException notYet) {
+                try {
+                    Thread.sleep(20);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    throw new IllegalStateException("interrupted while waiting for solus serve");
+                }
+            }
+        }
+        throw new IllegalStateException("solus serve did not listen on " + address() + " within 60 s:\n" + log());
+    }
+
+    private static int freePort() throws IOException {
+        try (ServerSocket s = new ServerSocket(0, 1, java.net.InetAddress.getLoopbackAddress())) {
+            return s.getLocalPort();
+        }
+    }
+
+    /** For messages: where the log is. */
+    @Override
+    public String toString() {
+        return "solus serve at " + address() + " (data " + dir + ")";
+    }
+
+}
