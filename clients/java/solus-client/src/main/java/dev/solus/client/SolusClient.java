@@ -22,6 +22,7 @@ import java.io.File;
 import java.io.IOException;
 import java.io.Serializable;
 import java.io.UncheckedIOException;
+import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.security.SecureRandom;
 import java.time.Duration;
@@ -73,6 +74,12 @@ import solus.v1.DeduperServiceGrpc;
  * retry never turns a new entity into a duplicate. Once the budget is spent, or on any other
  * status, every future of the request fails with a {@link SolusException}.
  *
+ * <p>Answers of {@code addIfAbsent} follow call order: a repeat of an entity whose
+ * {@code addIfAbsent} is still unanswered is not sent again but answered "present" once the first
+ * call is answered (it fails with the first call's error if that one fails), so of several calls
+ * with one entity through one client, the first one made is the one answered new. Across clients
+ * and processes, the server's order decides.
+ *
  * <p>Thread-safe; one instance per process is enough. Futures complete on gRPC's threads: keep
  * callbacks short or move work elsewhere with the {@code *Async} methods of
  * {@link CompletableFuture}.
@@ -99,6 +106,8 @@ public final class SolusClient implements AutoCloseable {
     private final Map<Key, Pending> pending = new ConcurrentHashMap<>();
     private final ConcurrentLinkedDeque<Batch> ready = new ConcurrentLinkedDeque<>();
     private final Set<Batch> live = ConcurrentHashMap.newKeySet();
+    /** AddIfAbsent calls not answered yet, by entity: a repeat meanwhile waits for the first. */
+    private final Map<EntityKey, CompletableFuture<Boolean>> unanswered = new ConcurrentHashMap<>();
     private volatile boolean closed;
 
     private SolusClient(Builder b) {
@@ -248,13 +257,25 @@ public final class SolusClient implements AutoCloseable {
                     + " bytes refused: entities are 1 to maxEntityBytes = " + cfg.maxEntityBytes
                     + " bytes (the server's limits.max_entity_bytes)", Status.Code.INVALID_ARGUMENT));
         }
+        CompletableFuture<Boolean> f = new CompletableFuture<>();
+        if (op == Op.ADD_IF_ABSENT) {
+            // A repeat of an entity whose AddIfAbsent is still unanswered is not sent: the earlier
+            // call adds the entity, so the repeat is present. Without this, the two could travel
+            // in concurrent requests and the server could see the later one first.
+            EntityKey ek = new EntityKey(deduper, ttlMs, ByteBuffer.wrap(entity.clone()));
+            CompletableFuture<Boolean> earlier = unanswered.putIfAbsent(ek, f);
+            if (earlier != null) {
+                return earlier.thenApply(x -> Boolean.FALSE);
+            }
+            f.whenComplete((x, e) -> unanswered.remove(ek, f));
+        }
         try {
             pendingRecords.acquire();
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
-            return CompletableFuture.failedFuture(e);
+            f.completeExceptionally(e);
+            return f;
         }
-        CompletableFuture<Boolean> f = new CompletableFuture<>();
         Key key = new Key(op, deduper, ttlMs);
         Pending p = pending.computeIfAbsent(key, Pending::new);
         List<Batch> sealed = p.offer(entity, f);
@@ -381,6 +402,9 @@ public final class SolusClient implements AutoCloseable {
     }
 
     private record Key(Op op, String deduper, long ttlMs) {
+    }
+
+    private record EntityKey(String deduper, long ttlMs, ByteBuffer entity) {
     }
 
     /** The partly filled batch of one key. */
