@@ -61,4 +61,7 @@ class SDist(sdist):
         super().run()
 
 
+# setuptools lists the packages before any command runs, so the stubs are made right away.
+generate()
+
 setup(cmdclass={"build_py": BuildPy, "sdist": SDist})
