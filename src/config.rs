@@ -135,7 +135,8 @@ pub struct MetricsConfig {
     pub listen: String,
     /// Most (client, deduper) label pairs the per-deduper series take; the
     /// dedupers beyond are counted under `client="_other", deduper="_other"`
-    /// (counters) and get no per-deduper gauges. Default 1,000.
+    /// (counters) and get no per-deduper gauges; a deleted deduper's pair is
+    /// freed. Default 1,000.
     pub max_deduper_series: usize,
 }
 

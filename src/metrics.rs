@@ -25,9 +25,10 @@
 //!
 //! The per-deduper series are capped at `metrics.max_deduper_series`
 //! (client, deduper) pairs, first come first served: later dedupers are
-//! counted under `client="_other", deduper="_other"` and get no gauges.
+//! counted under `client="_other", deduper="_other"` and get no gauges (a
+//! warning is logged the first time). Deleting a deduper frees its pair.
 //! The gauges come from the statistics pass (`stats.refresh_interval_ms`);
-//! a deleted deduper's gauges read 0.
+//! a deleted deduper's gauges read 0 and stay until restart (see [`deduper_gone`]).
 //!
 //! Health and reflection calls are not counted. Without an installed
 //! recorder (`metrics.listen` empty) every record is a no-op.
@@ -62,8 +63,10 @@ pub const STORAGE_OPS: [&str; 13] = [
 ];
 pub const STORAGE_DURATION: &str = "solus_storage_call_duration_seconds";
 /// Dedupers known to this process: with the embedded store, those it held at
-/// start-up plus those created since; with HBase (shared by several
-/// replicas), only those created through this replica since it started.
+/// start-up plus those created since, minus those deleted since (its exact
+/// count); with HBase (shared by several replicas), those created minus
+/// those deleted through this replica since it started (a change, which a
+/// delete of an older deduper can take below 0).
 pub const DEDUPERS: &str = "solus_dedupers";
 
 /// Per-deduper series (labels `client`, `deduper`; see [`deduper_labels`]).
@@ -181,7 +184,7 @@ fn describe() {
     );
     describe_gauge!(
         DEDUPERS,
-        "Dedupers known to this process: embedded store - held at start plus created since; HBase - created through this replica since start"
+        "Dedupers known to this process: embedded store - held at start, plus created, minus deleted since; HBase - created minus deleted through this replica since start (can be negative)"
     );
 }
 
@@ -216,32 +219,54 @@ static SERIES: OnceLock<Series> = OnceLock::new();
 struct Series {
     max: usize,
     admitted: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
+    /// Whether the cap was reached and logged (once per process).
+    warned: std::sync::atomic::AtomicBool,
+}
+
+impl Series {
+    fn new(max: usize) -> Series {
+        Series {
+            max,
+            admitted: Default::default(),
+            warned: Default::default(),
+        }
+    }
+}
+
+fn series() -> &'static Series {
+    SERIES.get_or_init(|| Series::new(1000))
 }
 
 /// Sets the cap on per-deduper label pairs (`metrics.max_deduper_series`);
 /// the first call in a process wins. Default 1,000.
 pub fn set_max_deduper_series(max: usize) {
-    let _ = SERIES.set(Series {
-        max,
-        admitted: Default::default(),
-    });
+    let _ = SERIES.set(Series::new(max));
 }
 
 /// The `client` and `deduper` label values of a deduper: its own while
-/// fewer than `metrics.max_deduper_series` pairs were admitted (or it was),
-/// else `("_other", "_other")` ([`OVERFLOW_LABEL`]).
+/// fewer than `metrics.max_deduper_series` pairs are admitted (or it is),
+/// else `("_other", "_other")` ([`OVERFLOW_LABEL`]). A deleted deduper's
+/// pair leaves the count ([`deduper_gone`]). The first deduper refused its
+/// own labels is logged (warn, once per process).
 pub fn deduper_labels(client_id: &str, name: &str) -> (String, String) {
-    let series = SERIES.get_or_init(|| Series {
-        max: 1000,
-        admitted: Default::default(),
-    });
+    let series = series();
     let mut admitted = series.admitted.lock().unwrap_or_else(|p| p.into_inner());
     let key = (client_id.to_string(), name.to_string());
     if admitted.contains(&key) || admitted.len() < series.max && admitted.insert(key.clone()) {
-        key
-    } else {
-        (OVERFLOW_LABEL.to_string(), OVERFLOW_LABEL.to_string())
+        return key;
     }
+    drop(admitted);
+    if !series.warned.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!(
+            max = series.max,
+            client_id,
+            deduper = name,
+            "metrics.max_deduper_series reached: this and further dedupers are counted under \
+             client=\"_other\", deduper=\"_other\" and get no per-deduper gauges (logged once); raise the setting \
+             if the series are wanted"
+        );
+    }
+    (OVERFLOW_LABEL.to_string(), OVERFLOW_LABEL.to_string())
 }
 
 /// Counts one data request that succeeded on a deduper, and its entities.
@@ -270,14 +295,21 @@ pub fn deduper_stats(client_id: &str, name: &str, s: &crate::engine::DeduperStat
     }
 }
 
-/// Zeroes the gauges of a deleted deduper (the exporter keeps a series once
-/// created; zero fill, entities, rate and load read as "empty").
-pub fn deduper_gone(client_id: &str, name: &str, had_load: bool) {
-    let (c, d) = deduper_labels(client_id, name);
-    if c == OVERFLOW_LABEL && d == OVERFLOW_LABEL {
+/// A deleted deduper: frees its pair under `metrics.max_deduper_series` (a
+/// later deduper gets its own labels) and, when it had figures (`figures`:
+/// whether they had a load), zeroes its fill, entities, rate and load
+/// gauges. metrics-exporter-prometheus 0.18 has no call that removes one
+/// series (only an idle timeout over every gauge, which would also drop
+/// `solus_ready` and `solus_dedupers` between changes), so the zeroed
+/// gauges and the deduper's counters stay on `/metrics` until the process
+/// restarts; they no longer count against the cap.
+pub fn deduper_gone(client_id: &str, name: &str, figures: Option<bool>) {
+    let key = (client_id.to_string(), name.to_string());
+    let was_admitted = series().admitted.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+    let Some(had_load) = figures.filter(|_| was_admitted) else {
         return;
-    }
-    let labels = [("client", c), ("deduper", d)];
+    };
+    let labels = [("client", key.0), ("deduper", key.1)];
     for g in [DEDUPER_FILL, DEDUPER_ENTITIES_ESTIMATE, DEDUPER_FPR] {
         metrics::gauge!(g, &labels).set(0.0);
     }

@@ -33,6 +33,20 @@ async fn memory_budget_refuses_dedupers_that_would_not_fit() {
         "{}",
         e.message()
     );
+    // MiB with two decimals, so that what is needed visibly exceeds what is
+    // left (whole MiB once read "needs up to 1 MiB ... only 1 of 1 MiB left").
+    let (need, left) = need_and_left(e.message());
+    assert!(need > left, "{}", e.message());
+    assert!(
+        (9.0..9.5).contains(&need) && (6.5..7.0).contains(&left),
+        "{}",
+        e.message()
+    );
+    assert!(
+        e.message().contains("of the embedded store's 16 MiB"),
+        "{}",
+        e.message()
+    );
     let huge = admin
         .create_deduper(create_geom("c", "huge", 7, 65_536, 1 << 30, 60))
         .await
@@ -55,6 +69,25 @@ async fn memory_budget_refuses_dedupers_that_would_not_fit() {
         tonic::Code::ResourceExhausted,
         "reserved bytes are recomputed at start-up"
     );
+}
+
+/// The MiB needed and left in a RESOURCE_EXHAUSTED message of the memory
+/// budget ("needs 9.18 MiB ... only 6.82 of ..."), each with two decimals.
+fn need_and_left(message: &str) -> (f64, f64) {
+    let after = |prefix: &str| -> f64 {
+        let rest = &message[message
+            .find(prefix)
+            .unwrap_or_else(|| panic!("{prefix:?} in {message}"))
+            + prefix.len()..];
+        let number = rest.split(' ').next().unwrap();
+        assert_eq!(
+            number.split_once('.').map(|(_, d)| d.len()),
+            Some(2),
+            "{number:?} in {message}"
+        );
+        number.parse().unwrap()
+    };
+    (after("needs "), after("only "))
 }
 
 /// DeleteDeduper frees the memory budget: a deduper that did not fit fits

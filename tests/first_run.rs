@@ -162,6 +162,19 @@ async fn server_answers_come_with_the_next_command() {
     .await;
     assert_mentions(&e, &["INVALID_ARGUMENT", "--ttl-ms"]);
     assert!(!e.contains("ttl_ms"), "{e}");
+    // Deleting an active deduper: the two next commands, in the CLI's words.
+    let (ok, _, e) = go(run(&["deduper", "delete", "--client", "shop", "--name", "orders"])).await;
+    assert!(!ok);
+    assert_mentions(
+        &e,
+        &[
+            "FAILED_PRECONDITION",
+            "is active",
+            "solus deduper update --client shop --name orders --active false",
+            "solus deduper delete --client shop --name orders --force",
+        ],
+    );
+    assert!(!e.contains("UpdateDeduper") && !e.contains("force = true"), "{e}");
     let (ok, _, e) = go(run(&[
         "deduper", "update", "--client", "shop", "--name", "orders", "--active", "false",
     ]))
@@ -178,6 +191,17 @@ async fn server_answers_come_with_the_next_command() {
     assert!(!e.contains("UpdateDeduper"), "{e}");
     let (_, _, e) = go(run(&["deduper", "update", "--client", "shop", "--name", "orders"])).await;
     assert_mentions(&e, &["nothing to change", "--active"]);
+    // Stats before the first pass: no claim about the server's interval.
+    let (ok, _, e) = go(run(&["deduper", "stats", "--client", "shop", "--name", "orders"])).await;
+    if !ok {
+        assert_mentions(&e, &["no figures", "stats.refresh_interval_ms"]);
+        assert!(!e.contains("default 60 s"), "{e}");
+    }
+    // Deleting an inactive one says so, and prints the config it had.
+    let (ok, out, e) = go(run(&["deduper", "delete", "--client", "shop", "--name", "orders"])).await;
+    assert!(ok, "{e}");
+    assert_mentions(&e, &["deleted deduper \"orders\" of client \"shop\""]);
+    assert!(out.contains("\"name\":\"orders\""), "{out}");
 
     // The metrics port speaks HTTP/1, not gRPC.
     let metrics = format!("127.0.0.1:{}", server.metrics_port.unwrap());

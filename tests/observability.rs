@@ -194,3 +194,129 @@ fn metric_names_are_found_in_text() {
         ["solus_ready", "solus_requests_total"]
     );
 }
+
+/// `metrics.max_deduper_series` counts live dedupers: deleting one frees
+/// its pair (after create/delete churn a new deduper still gets its own
+/// labels, not `_other`) and zeroes its gauges; reaching the cap is logged
+/// once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_deduper_frees_its_metric_labels() {
+    use process::metric;
+    let server = SolusProcess::start(&[
+        ("SOLUS__STATS__REFRESH_INTERVAL_MS", "100".into()),
+        ("SOLUS__METRICS__MAX_DEDUPER_SERIES", "1".into()),
+    ])
+    .await;
+    let ch = server.channel().await;
+    let mut admin = DeduperAdminServiceClient::new(ch.clone());
+    let mut data = DeduperServiceClient::new(ch.clone());
+    let mut add = async |name: &str| {
+        data.add(pb::AddRequest {
+            client_id: "c".into(),
+            deduper: name.into(),
+            entities: ents(&["x", "y"]),
+            ttl_ms: 0,
+            request_id: None,
+        })
+        .await
+        .unwrap();
+    };
+    // Waits until the page satisfies `ok`; returns it.
+    let page_when = async |ok: &dyn Fn(&str) -> bool, what: &str| {
+        for _ in 0..200 {
+            let page = server.metrics().await;
+            if ok(&page) {
+                return page;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("{what}:\n{}", server.metrics().await);
+    };
+    let own = |name: &'static str| [("client", "c"), ("deduper", name)];
+
+    admin
+        .create_deduper(create_np("c", "d1", 1000, 0.01, 600))
+        .await
+        .unwrap();
+    add("d1").await;
+    page_when(
+        &|p| metric(p, "solus_deduper_load_ratio", &own("d1")).is_some_and(|v| v > 0.0),
+        "d1's gauges",
+    )
+    .await;
+    admin
+        .delete_deduper(pb::DeleteDeduperRequest {
+            client_id: "c".into(),
+            name: "d1".into(),
+            force: true,
+        })
+        .await
+        .unwrap();
+    let page = page_when(
+        &|p| metric(p, "solus_deduper_load_ratio", &own("d1")) == Some(0.0),
+        "d1's gauges zeroed",
+    )
+    .await;
+    for g in [
+        "solus_deduper_fill_ratio",
+        "solus_deduper_estimated_entities",
+        "solus_deduper_estimated_fpr",
+    ] {
+        assert_eq!(metric(&page, g, &own("d1")), Some(0.0), "{g}:\n{page}");
+    }
+
+    admin
+        .create_deduper(create_np("c", "d2", 1000, 0.01, 600))
+        .await
+        .unwrap();
+    add("d2").await;
+    let page = page_when(
+        &|p| metric(p, "solus_deduper_fill_ratio", &own("d2")).is_some_and(|v| v > 0.0),
+        "d2 under its own labels",
+    )
+    .await;
+    assert_eq!(
+        metric(
+            &page,
+            "solus_deduper_requests_total",
+            &[("client", "c"), ("deduper", "d2"), ("rpc", "Add")]
+        ),
+        Some(1.0),
+        "{page}"
+    );
+    assert!(!page.contains("_other"), "{page}");
+    assert!(
+        !server.stderr().contains("metrics.max_deduper_series reached"),
+        "{}",
+        server.stderr()
+    );
+
+    // The cap is reached by a third: `_other`, logged once.
+    admin
+        .create_deduper(create_np("c", "d3", 1000, 0.01, 600))
+        .await
+        .unwrap();
+    add("d3").await;
+    add("d3").await;
+    let page = page_when(
+        &|p| {
+            metric(
+                p,
+                "solus_deduper_requests_total",
+                &[("client", "_other"), ("deduper", "_other")],
+            ) == Some(2.0)
+        },
+        "d3 under _other",
+    )
+    .await;
+    assert!(
+        metric(&page, "solus_deduper_fill_ratio", &own("d3")).is_none(),
+        "{page}"
+    );
+    assert_eq!(
+        server.stderr().matches("metrics.max_deduper_series reached").count(),
+        1,
+        "{}",
+        server.stderr()
+    );
+}

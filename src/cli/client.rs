@@ -318,6 +318,8 @@ pub async fn deduper(command: DeduperCommand) -> anyhow::Result<()> {
                 })
                 .await
                 .map_err(|s| call_error(s, call))?;
+            // The words on stderr, the config it had (JSON) on stdout, as the other commands print it.
+            eprintln!("deleted deduper {name:?} of client {client:?} (its config and bits)");
             if let Some(d) = &r.get_ref().deleted {
                 print_deduper(d);
             }
@@ -341,7 +343,7 @@ pub async fn deduper(command: DeduperCommand) -> anyhow::Result<()> {
                 Some(s) => println!("{}", stats_json(s)),
                 None => anyhow::bail!(
                     "no figures for {client}/{name} yet: the server computes them every stats.refresh_interval_ms \
-                     (default 60 s) for the dedupers it has seen; try again after that"
+                     for the dedupers it has seen (0 turns that off); try again after that"
                 ),
             }
         }

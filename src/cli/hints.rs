@@ -240,6 +240,12 @@ pub fn call_error(s: Status, call: Call<'_>) -> anyhow::Error {
             "{code}: {msg}. See client {c:?}'s dedupers with `solus deduper list --client {c}`, or create it with \
              `solus deduper create --client {c} --name {d} -n <expected entities> -p 0.01`"
         ),
+        // The server's text names the RPC fields (UpdateDeduper active = false, force = true).
+        Code::FailedPrecondition if msg.contains("is active; deactivate") => anyhow::anyhow!(
+            "{code}: deduper {d:?} of client {c:?} is active, and only an inactive one is deleted: deactivate it \
+             first with `solus deduper update --client {c} --name {d} --active false`, or delete it anyway with \
+             `solus deduper delete --client {c} --name {d} --force`"
+        ),
         Code::FailedPrecondition if msg.contains("inactive") => anyhow::anyhow!(
             "{code}: deduper {d:?} of client {c:?} is inactive; reactivate it with \
              `solus deduper update --client {c} --name {d} --active true`"

@@ -144,15 +144,18 @@ impl StatsBook {
             .insert(key_of(d), Arc::new(d.clone()));
     }
 
-    /// Forgets a deleted (or vanished) deduper and zeroes its gauges.
+    /// Forgets a deleted (or vanished) deduper, frees its metric labels and
+    /// zeroes its gauges.
     pub(super) fn drop_deduper(&self, client_id: &str, name: &str) {
         let key = (client_id.to_string(), name.to_string());
-        self.known.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+        // Held to the end: a pass recording this deduper meanwhile does so
+        // before (and is zeroed) or sees it gone, never re-admits its labels after.
+        let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        known.remove(&key);
         let had = self.figures.write().unwrap_or_else(|p| p.into_inner()).remove(&key);
         self.warned.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
-        if let Some(figures) = had {
-            metrics::deduper_gone(client_id, name, figures.load.is_some());
-        }
+        metrics::deduper_gone(client_id, name, had.map(|f| f.load.is_some()));
+        drop(known);
     }
 
     pub(super) fn get(&self, client_id: &str, name: &str) -> Option<DeduperStats> {
@@ -166,8 +169,10 @@ impl StatsBook {
 
     fn record(&self, d: &Deduper, s: DeduperStats, factor: f64) {
         let key = key_of(d);
-        // A delete may have run while this deduper was being counted.
-        if !self.known.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&key) {
+        // A delete may have run while this deduper was being counted; held
+        // until the gauges are set, so that a delete zeroes them after.
+        let known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+        if !known.contains_key(&key) {
             return;
         }
         self.figures
@@ -175,6 +180,7 @@ impl StatsBook {
             .unwrap_or_else(|p| p.into_inner())
             .insert(key.clone(), s);
         metrics::deduper_stats(&d.client_id, &d.name, &s, d.false_positive_rate);
+        drop(known);
         let Some(p) = d.false_positive_rate else { return };
         let over = s.estimated_fpr > factor * p;
         let mut warned = self.warned.lock().unwrap_or_else(|p| p.into_inner());

@@ -557,9 +557,10 @@ impl Store for EmbeddedStore {
                 return Err(StorageError::AlreadyExists);
             }
             if reserved.saturating_add(need) > budget {
-                let mib = |b: u64| b.div_ceil(1 << 20);
+                // Two decimals: whole MiB would round "needs 0.73, 0.54 left" to "needs 1, 1 left".
+                let mib = |b: u64| format!("{:.2}", b as f64 / f64::from(1 << 20));
                 return Err(StorageError::Capacity(format!(
-                    "deduper {:?} needs up to {} MiB of memory ({} bits x 1 byte, plus the page index), but only {} of the embedded store's {} MiB \
+                    "deduper {:?} needs {} MiB of memory ({} bits x 1 byte, plus the page index), but only {} of the embedded store's {} MiB \
                      are left (storage.embedded.max_memory_mib); size it smaller or raise the budget",
                     deduper.name,
                     mib(need),
