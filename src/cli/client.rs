@@ -231,21 +231,7 @@ pub async fn deduper(command: DeduperCommand) -> anyhow::Result<()> {
             print_deduper(d.get_ref());
         }
         DeduperCommand::Get { target, client, name } => {
-            check_ids(&client, Some(("--name", &name)))?;
-            let mut c = DeduperAdminServiceClient::new(connect(&target).await?);
-            let call = Call {
-                target: &target,
-                client: &client,
-                deduper: Some(&name),
-            };
-            let d = c
-                .get_deduper(pb::GetDeduperRequest {
-                    client_id: client.clone(),
-                    name: name.clone(),
-                })
-                .await
-                .map_err(|s| call_error(s, call))?;
-            print_deduper(d.get_ref());
+            print_deduper(&get_deduper(&target, &client, &name).await?);
         }
         DeduperCommand::List {
             target,
@@ -324,31 +310,35 @@ pub async fn deduper(command: DeduperCommand) -> anyhow::Result<()> {
                 print_deduper(d);
             }
         }
-        DeduperCommand::Stats { target, client, name } => {
-            check_ids(&client, Some(("--name", &name)))?;
-            let mut c = DeduperAdminServiceClient::new(connect(&target).await?);
-            let call = Call {
-                target: &target,
-                client: &client,
-                deduper: Some(&name),
-            };
-            let d = c
-                .get_deduper(pb::GetDeduperRequest {
-                    client_id: client.clone(),
-                    name: name.clone(),
-                })
-                .await
-                .map_err(|s| call_error(s, call))?;
-            match &d.get_ref().stats {
-                Some(s) => println!("{}", stats_json(s)),
-                None => anyhow::bail!(
-                    "no figures for {client}/{name} yet: the server computes them every stats.refresh_interval_ms \
+        DeduperCommand::Stats { target, client, name } => match &get_deduper(&target, &client, &name).await?.stats {
+            Some(s) => println!("{}", stats_json(s)),
+            None => anyhow::bail!(
+                "no figures for {client}/{name} yet: the server computes them every stats.refresh_interval_ms \
                      for the dedupers it has seen (0 turns that off); try again after that"
-                ),
-            }
-        }
+            ),
+        },
     }
     Ok(())
+}
+
+/// `GetDeduper` for `deduper get` and `deduper stats`, with the ids checked
+/// and errors in the CLI's words.
+async fn get_deduper(target: &Target, client: &str, name: &str) -> anyhow::Result<pb::Deduper> {
+    check_ids(client, Some(("--name", name)))?;
+    let mut c = DeduperAdminServiceClient::new(connect(target).await?);
+    let call = Call {
+        target,
+        client,
+        deduper: Some(name),
+    };
+    let d = c
+        .get_deduper(pb::GetDeduperRequest {
+            client_id: client.to_string(),
+            name: name.to_string(),
+        })
+        .await
+        .map_err(|s| call_error(s, call))?;
+    Ok(d.into_inner())
 }
 
 /// An entity as shown to the user, and its bytes.
