@@ -37,7 +37,7 @@ if [ -f "$keys" ]; then
     input=(--input "$keys" --extend-input)
 fi
 mkdir -p target
-half_mem=$(awk '/^MemTotal:/ { printf "%d\n", $2 * 1024 / 2 }' /proc/meminfo)
+half_mem=$(awk '/^MemTotal:/ { printf "%.0f\n", $2 * 1024 / 2 }' /proc/meminfo)
 redis_per_entity=120 redis_stopped= rows=()
 for size in $sizes; do
     no_redis=()
