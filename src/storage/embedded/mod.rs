@@ -348,7 +348,7 @@ impl EmbeddedStore {
         read: Option<&mut BeforeWrite<'_>>,
     ) -> Result<Vec<Cell>, StorageError> {
         let inner = &self.inner;
-        let entry = inner.entry(deduper);
+        let entry = inner.entry(deduper)?;
         let now = now_ms();
         let _atomic = read
             .is_some()
@@ -502,15 +502,23 @@ impl Inner {
         Ok(())
     }
 
-    fn entry(&self, deduper: &Deduper) -> Arc<Entry> {
+    /// The deduper's in-memory filter. Filters exist from `create_deduper`
+    /// (or start-up) until `delete_deduper`; a data call that raced a
+    /// delete finds none and fails with `Precondition` instead of creating
+    /// an orphan filter outside the memory budget.
+    fn entry(&self, deduper: &Deduper) -> Result<Arc<Entry>, StorageError> {
         let key = codec::deduper_key(&deduper.client_id, &deduper.name);
-        if let Some(e) = self.entries.read().unwrap_or_else(|p| p.into_inner()).get(&key) {
-            return e.clone();
-        }
-        let mut map = self.entries.write().unwrap_or_else(|p| p.into_inner());
-        map.entry(key)
-            .or_insert_with(|| Arc::new(Entry::new(&self.config, deduper)))
-            .clone()
+        self.entries
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| {
+                StorageError::Precondition(format!(
+                    "deduper {:?} of client {:?} was deleted",
+                    deduper.name, deduper.client_id
+                ))
+            })
     }
 }
 
@@ -520,7 +528,7 @@ impl Store for EmbeddedStore {
     }
 
     fn read_bits(&self, deduper: &Deduper, bits: &[BitAddr]) -> Result<Vec<Cell>, StorageError> {
-        let entry = self.inner.entry(deduper);
+        let entry = self.inner.entry(deduper)?;
         let filter = entry.filter();
         let cells = bits.iter().enumerate().map(|(i, a)| {
             if let Some(ahead) = bits.get(i + PREFETCH_AHEAD) {
@@ -573,7 +581,11 @@ impl Store for EmbeddedStore {
             remove_page_file(&self.inner.config, deduper)?;
             Self::put_meta(h, deduper)
         })?;
-        self.inner.entry(deduper);
+        self.inner
+            .entries
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key, Arc::new(Entry::new(&self.inner.config, deduper)));
         *reserved += need;
         Ok(())
     }
