@@ -49,7 +49,11 @@ impl Inner {
                 let first = page * d.geometry.bits_per_shard.min(LEGACY_PAGE_BITS);
                 for (i, w) in value.chunks_exact(4).enumerate() {
                     let secs = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
-                    raise_replayed(e, d, shard, first + i as u32, secs, now);
+                    let bit = BitAddr {
+                        shard,
+                        bit: first + i as u32,
+                    };
+                    raise_replayed(e, d, std::slice::from_ref(&bit), secs, now);
                 }
             }
             legacy += 1;
@@ -59,9 +63,7 @@ impl Inner {
         let mut replay = |value: &[u8]| -> Result<(), StorageError> {
             let w = codec::decode_write(value)?;
             if let (Some(e), Some(d)) = (map.get(w.deduper), dedupers.get(w.deduper)) {
-                for a in &w.bits {
-                    raise_replayed(e, d, a.shard, a.bit, w.stamp, now);
-                }
+                raise_replayed(e, d, &w.bits, w.stamp, now);
             }
             records += 1;
             journal_bytes += value.len() as u64;
@@ -255,16 +257,20 @@ fn lower_thread_priority() {
     }
 }
 
-/// Raises a bit from a journal record or a legacy page (expiry in whole
+/// Raises the bits of a journal record or a legacy stamp (expiry in whole
 /// seconds), lengthening the filter's ticks if the expiry does not fit
 /// them (the deduper's expiry shrank since). Expired ones are skipped.
-fn raise_replayed(entry: &Entry, d: &Deduper, shard: u32, bit: u32, secs: u32, now: i64) {
+fn raise_replayed(entry: &Entry, d: &Deduper, bits: &[BitAddr], secs: u32, now: i64) {
     let expire = i64::from(secs) * 1000;
     if secs == 0 || expire < now {
         return;
     }
+    // One filter lookup per record, not per bit: replay is start-up time.
     let filter = entry.filter_for(d, expire, now);
-    let _ = filter.raise(shard, bit, filter.tick_of(expire), filter.now_tick(now));
+    let (tick, now_tick) = (filter.tick_of(expire), filter.now_tick(now));
+    for a in bits {
+        let _ = filter.raise(a.shard, a.bit, tick, now_tick);
+    }
 }
 
 /// Loads a deduper's page file; returns (pages loaded, torn pages).
