@@ -1,5 +1,7 @@
-//! One deduper's bits in memory: per shard, lazily allocated pages of
-//! one-byte expiry stamps.
+//! One deduper's bits in memory: one contiguous block of one-byte expiry
+//! stamps ([`super::region`]), `bits_per_shard` per shard, cut into pages of
+//! [`PAGE_BITS`] that each carry a base tick, a seqlock and a dirty flag in a
+//! small separate index (12 bytes per page, so it stays in cache).
 //!
 //! Time is counted in ticks of the filter's resolution, `tick_ms`
 //! ([`tick_ms_for`]: `expiry_seconds / 127` rounded up to whole seconds,
@@ -20,9 +22,9 @@
 //! backwards and writes may be applied in any order.
 
 use std::hint::spin_loop;
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering, fence};
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering, fence};
 
+use super::region::Region;
 use crate::contract::sizing::Geometry;
 
 /// Bytes of one page as stored on disk: a [`HEADER_BYTES`] header, then
@@ -48,29 +50,35 @@ pub fn tick_ms_for(expiry_seconds: u64) -> u64 {
     expiry_seconds.div_ceil(SPAN_TICKS).max(1) * 1000
 }
 
-/// A page of stamps, its base tick, seqlock and dirty flag.
-pub struct Page {
+/// Flags of [`PageMeta::flags`].
+const DIRTY: u32 = 1;
+/// Set by the first write (or load) of a page: pages never touched are
+/// skipped by [`Filter::pages`].
+const USED: u32 = 2;
+
+/// A page's base tick, seqlock and flags.
+struct PageMeta {
     base: AtomicU32,
     /// Seqlock: odd while a roll rewrites `base` and the stamps.
     version: AtomicU32,
-    dirty: AtomicBool,
-    stamps: Box<[AtomicU8]>,
+    flags: AtomicU32,
 }
 
-impl Page {
-    fn new(len: u32) -> Page {
-        Page {
-            base: AtomicU32::new(0),
-            version: AtomicU32::new(0),
-            dirty: AtomicBool::new(false),
-            stamps: (0..len).map(|_| AtomicU8::new(0)).collect(),
-        }
-    }
+/// A page of stamps: its index entry and its stamps.
+#[derive(Clone, Copy)]
+pub struct Page<'a> {
+    meta: &'a PageMeta,
+    /// The page's stamps: `page_len`, or fewer for the last of a shard.
+    stamps: &'a [AtomicU8],
+    /// The filter's page length (stored pages are always this long).
+    page_len: u32,
+}
 
+impl Page<'_> {
     /// Waits out a roll; returns the (even) version to validate against.
     fn begin_read(&self) -> u32 {
         loop {
-            let v = self.version.load(Ordering::Acquire);
+            let v = self.meta.version.load(Ordering::Acquire);
             if v & 1 == 0 {
                 return v;
             }
@@ -80,14 +88,14 @@ impl Page {
 
     fn validate(&self, v: u32) -> bool {
         fence(Ordering::Acquire);
-        self.version.load(Ordering::Relaxed) == v
+        self.meta.version.load(Ordering::Relaxed) == v
     }
 
     /// Expiry tick of stamp `i`, 0 when unset.
     fn get(&self, i: usize) -> u32 {
         loop {
             let v = self.begin_read();
-            let base = self.base.load(Ordering::Relaxed);
+            let base = self.meta.base.load(Ordering::Relaxed);
             let s = u32::from(self.stamps[i].load(Ordering::Relaxed));
             if self.validate(v) {
                 return if s == 0 { 0 } else { base + s };
@@ -102,13 +110,13 @@ impl Page {
     fn raise(&self, i: usize, tick: u32, now_tick: u32) -> Result<bool, TooFar> {
         loop {
             let v = self.begin_read();
-            let base = self.base.load(Ordering::Relaxed);
+            let base = self.meta.base.load(Ordering::Relaxed);
             // A tick at or before the base expired already (the clock went
             // back): keep it as the earliest stamp, later than asked.
             let t = tick.saturating_sub(base).max(1);
             if t > MAX_STAMP {
                 // A roll that finds the base moved on lost a race: look again.
-                if !self.roll(now_tick.saturating_sub(1)) && self.base.load(Ordering::Acquire) == base {
+                if !self.roll(now_tick.saturating_sub(1)) && self.meta.base.load(Ordering::Acquire) == base {
                     return Err(TooFar);
                 }
                 continue;
@@ -118,12 +126,13 @@ impl Page {
             if self.stamps[i].load(Ordering::Acquire) < t {
                 self.stamps[i].fetch_max(t, Ordering::AcqRel);
             }
-            if self.version.load(Ordering::Acquire) != v {
+            if self.meta.version.load(Ordering::Acquire) != v {
                 continue; // raced a roll: raise again against the new base
             }
             // Dirty even when nothing changed: the writer's journal record
             // may be checkpointed away, so the page must be saved after it.
-            return Ok(!self.dirty.load(Ordering::Acquire) && !self.dirty.swap(true, Ordering::AcqRel));
+            return Ok(self.meta.flags.load(Ordering::Acquire) & DIRTY == 0
+                && self.meta.flags.fetch_or(DIRTY | USED, Ordering::AcqRel) & DIRTY == 0);
         }
     }
 
@@ -132,9 +141,10 @@ impl Page {
     /// the base is at or past `new_base` already.
     fn roll(&self, new_base: u32) -> bool {
         let v = loop {
-            let v = self.version.load(Ordering::Relaxed);
+            let v = self.meta.version.load(Ordering::Relaxed);
             if v & 1 == 0
                 && self
+                    .meta
                     .version
                     .compare_exchange_weak(v, v + 1, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
@@ -144,7 +154,7 @@ impl Page {
             spin_loop();
         };
         fence(Ordering::Release);
-        let base = self.base.load(Ordering::Relaxed);
+        let base = self.meta.base.load(Ordering::Relaxed);
         let advanced = new_base > base;
         if advanced {
             let shift = (new_base - base).min(MAX_STAMP) as u8;
@@ -155,34 +165,42 @@ impl Page {
                     (x != 0).then(|| x.saturating_sub(shift))
                 });
             }
-            self.base.store(new_base, Ordering::Relaxed);
+            self.meta.base.store(new_base, Ordering::Relaxed);
         }
-        self.version.store(v + 2, Ordering::Release);
+        self.meta.version.store(v + 2, Ordering::Release);
         advanced
     }
 
-    /// Marks the page as needing to be saved.
-    pub fn mark_dirty(&self) {
-        self.dirty.store(true, Ordering::Release);
+    /// Sets the dirty flag, returning whether it was set already.
+    fn set_dirty(&self) -> bool {
+        self.meta.flags.fetch_or(DIRTY | USED, Ordering::AcqRel) & DIRTY != 0
     }
 
     /// Clears the dirty flag, returning whether it was set.
-    pub fn take_dirty(&self) -> bool {
-        self.dirty.swap(false, Ordering::AcqRel)
+    fn take_dirty(&self) -> bool {
+        self.meta.flags.fetch_and(!DIRTY, Ordering::AcqRel) & DIRTY != 0
     }
 
-    /// Writes the page as stored ([`HEADER_BYTES`] header, then the stamps)
+    fn used(&self) -> bool {
+        self.meta.flags.load(Ordering::Acquire) & USED != 0
+    }
+
+    /// Writes the page as stored ([`HEADER_BYTES`] header, then `page_len`
+    /// stamps, zero-padded past the shard's end)
     /// into `out`; returns false when no stamp is set.
     pub fn encode(&self, tick_ms: u64, out: &mut Vec<u8>) -> bool {
         loop {
             out.clear();
             let v = self.begin_read();
-            let base = self.base.load(Ordering::Relaxed);
+            let base = self.meta.base.load(Ordering::Relaxed);
             out.extend_from_slice(&[0; 4]);
             out.extend_from_slice(&base.to_le_bytes());
             out.extend_from_slice(&((tick_ms / 1000) as u32).to_le_bytes());
-            out.extend_from_slice(&(self.stamps.len() as u32).to_le_bytes());
+            out.extend_from_slice(&self.page_len.to_le_bytes());
             out.extend(self.stamps.iter().map(|s| s.load(Ordering::Relaxed)));
+            // The last page of a shard is stored as long as the others,
+            // zero-padded, so every slot has the same form.
+            out.resize(HEADER_BYTES + self.page_len as usize, 0);
             if self.validate(v) {
                 let crc = crc32fast::hash(&out[4..]);
                 out[..4].copy_from_slice(&crc.to_le_bytes());
@@ -195,7 +213,7 @@ impl Page {
     fn count_live(&self, first_live: u32) -> u64 {
         loop {
             let v = self.begin_read();
-            let base = self.base.load(Ordering::Relaxed);
+            let base = self.meta.base.load(Ordering::Relaxed);
             let n = if first_live <= base + 1 {
                 self.stamps.iter().filter(|s| s.load(Ordering::Relaxed) != 0).count()
             } else if first_live - base > MAX_STAMP {
@@ -228,39 +246,54 @@ pub enum Loaded {
     Torn,
 }
 
-type Shard = Box<[OnceLock<Page>]>;
-
 /// All pages of one deduper.
 pub struct Filter {
     tick_ms: u64,
+    shards: u32,
+    bits_per_shard: u32,
     page_len: u32,
     pages_per_shard: u32,
-    shards: Box<[OnceLock<Shard>]>,
+    /// Stamp of bit `b` of shard `s` at `s * bits_per_shard + b`.
+    stamps: Region,
+    /// Page `p` of shard `s` at `s * pages_per_shard + p`.
+    meta: Box<[PageMeta]>,
     /// Pages whose dirty flag is set (approximate while writes run).
     dirty_pages: AtomicU64,
 }
 
 impl Filter {
     /// An empty filter of `geometry` whose ticks last `tick_ms` ms (a whole
-    /// number of seconds, see [`tick_ms_for`]).
+    /// number of seconds, see [`tick_ms_for`]). Its stamps take memory as
+    /// they are first written (see [`super::region`]).
     pub fn new(geometry: &Geometry, tick_ms: u64) -> Filter {
-        let page_len = geometry.bits_per_shard.min(PAGE_BITS);
+        let page_len = geometry.bits_per_shard.clamp(1, PAGE_BITS);
+        let pages_per_shard = geometry.bits_per_shard.div_ceil(page_len);
+        let pages = geometry.shards as usize * pages_per_shard as usize;
         Filter {
             tick_ms: tick_ms.max(1000) / 1000 * 1000,
+            shards: geometry.shards,
+            bits_per_shard: geometry.bits_per_shard,
             page_len,
-            pages_per_shard: geometry.bits_per_shard.div_ceil(page_len),
-            shards: (0..geometry.shards).map(|_| OnceLock::new()).collect(),
+            pages_per_shard,
+            stamps: Region::zeroed(geometry.shards as usize * geometry.bits_per_shard as usize),
+            meta: (0..pages)
+                .map(|_| PageMeta {
+                    base: AtomicU32::new(0),
+                    version: AtomicU32::new(0),
+                    flags: AtomicU32::new(0),
+                })
+                .collect(),
             dirty_pages: AtomicU64::new(0),
         }
     }
 
     /// Memory a filter of this geometry takes once every page is written, in
-    /// bytes: one byte per bit plus the page index.
+    /// bytes: one byte per bit plus the page index (12 bytes per page).
     pub fn full_memory_bytes(geometry: &Geometry) -> u64 {
-        let page_len = u64::from(geometry.bits_per_shard.min(PAGE_BITS));
+        let bits = u64::from(geometry.shards) * u64::from(geometry.bits_per_shard);
+        let page_len = u64::from(geometry.bits_per_shard.clamp(1, PAGE_BITS));
         let pages = u64::from(geometry.shards) * u64::from(geometry.bits_per_shard).div_ceil(page_len);
-        let index = (std::mem::size_of::<OnceLock<Page>>() + std::mem::size_of::<Page>()) as u64;
-        pages * (page_len + index) + u64::from(geometry.shards) * std::mem::size_of::<OnceLock<Shard>>() as u64
+        bits + pages * std::mem::size_of::<PageMeta>() as u64
     }
 
     /// Tick length, in ms.
@@ -275,7 +308,7 @@ impl Filter {
 
     /// Number of shards.
     pub fn shard_count(&self) -> u64 {
-        self.shards.len() as u64
+        u64::from(self.shards)
     }
 
     /// Pages per shard.
@@ -307,32 +340,30 @@ impl Filter {
         (now_ms.max(0) as u64 / self.tick_ms).min(u64::from(u32::MAX)) as u32
     }
 
-    fn locate(&self, shard: u32, bit: u32) -> (usize, usize, usize) {
-        (
-            shard as usize,
-            (bit / self.page_len) as usize,
-            (bit % self.page_len) as usize,
-        )
+    /// The page holding a bit and the bit's index in it; `None` out of range.
+    #[inline]
+    fn locate(&self, shard: u32, bit: u32) -> Option<(Page<'_>, usize)> {
+        if shard >= self.shards || bit >= self.bits_per_shard {
+            return None;
+        }
+        let p = bit / self.page_len;
+        Some((self.page(shard, p), (bit - p * self.page_len) as usize))
     }
 
-    fn page(&self, shard: usize, page: usize) -> Option<&Page> {
-        self.shards.get(shard)?.get()?.get(page)?.get()
-    }
-
-    fn page_or_alloc(&self, shard: usize, page: usize) -> Option<&Page> {
-        let pages = self
-            .shards
-            .get(shard)?
-            .get_or_init(|| (0..self.pages_per_shard).map(|_| OnceLock::new()).collect());
-        Some(pages.get(page)?.get_or_init(|| Page::new(self.page_len)))
+    /// Page `p` of `shard` (both in range).
+    fn page(&self, shard: u32, p: u32) -> Page<'_> {
+        let first = shard as usize * self.bits_per_shard as usize + (p * self.page_len) as usize;
+        let end = (shard as usize + 1) * self.bits_per_shard as usize;
+        Page {
+            meta: &self.meta[shard as usize * self.pages_per_shard as usize + p as usize],
+            stamps: &self.stamps.stamps()[first..end.min(first + self.page_len as usize)],
+            page_len: self.page_len,
+        }
     }
 
     /// The expiry tick of a bit (0 when unset or out of range).
     pub fn get(&self, shard: u32, bit: u32) -> u32 {
-        let (s, p, i) = self.locate(shard, bit);
-        self.page(s, p)
-            .and_then(|page| (i < page.stamps.len()).then(|| page.get(i)))
-            .unwrap_or(0)
+        self.locate(shard, bit).map_or(0, |(page, i)| page.get(i))
     }
 
     /// The expiry of a bit in ms since the Unix epoch, `None` when unset.
@@ -343,20 +374,22 @@ impl Filter {
         }
     }
 
-    /// Hints the CPU to load a bit's stamp into cache. A batch touches
-    /// thousands of stamps scattered over the filter, one cache miss each;
-    /// prefetching a few addresses ahead overlaps those misses. No effect
-    /// for pages not yet allocated or on other architectures.
+    /// Hints the CPU to load a bit's stamp and its page's index entry into
+    /// cache. A batch touches thousands of stamps scattered over the filter,
+    /// one cache miss each; prefetching a few addresses ahead overlaps those
+    /// misses. No effect out of range or on other architectures.
     #[inline]
     pub fn prefetch(&self, shard: u32, bit: u32) {
         #[cfg(target_arch = "x86_64")]
-        {
-            let (s, p, i) = self.locate(shard, bit);
-            if let Some(stamp) = self.page(s, p).and_then(|page| page.stamps.get(i)) {
-                let ptr = stamp as *const AtomicU8 as *const i8;
-                // SAFETY: a prefetch is only a hint: it reads nothing and
-                // never faults; `ptr` points into a live page besides.
-                unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(ptr) };
+        if let Some((page, i)) = self.locate(shard, bit) {
+            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+            let stamp = std::ptr::from_ref(&page.stamps[i]).cast::<i8>();
+            let meta = std::ptr::from_ref(page.meta).cast::<i8>();
+            // SAFETY: a prefetch is only a hint: it reads nothing and never
+            // faults; both pointers point into live memory besides.
+            unsafe {
+                _mm_prefetch::<{ _MM_HINT_T0 }>(stamp);
+                _mm_prefetch::<{ _MM_HINT_T0 }>(meta);
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -367,14 +400,13 @@ impl Filter {
     /// the write. Out-of-range addresses (impossible for validated input)
     /// are ignored. Errors with [`TooFar`] unless [`Filter::fits`] held.
     pub fn raise(&self, shard: u32, bit: u32, tick: u32, now_tick: u32) -> Result<(), TooFar> {
-        let (s, p, i) = self.locate(shard, bit);
-        match self.page_or_alloc(s, p) {
-            Some(page) if i < page.stamps.len() => self.raise_in(page, i, tick, now_tick),
-            _ => Ok(()),
+        match self.locate(shard, bit) {
+            Some((page, i)) => self.raise_in(page, i, tick, now_tick),
+            None => Ok(()),
         }
     }
 
-    fn raise_in(&self, page: &Page, i: usize, tick: u32, now_tick: u32) -> Result<(), TooFar> {
+    fn raise_in(&self, page: Page<'_>, i: usize, tick: u32, now_tick: u32) -> Result<(), TooFar> {
         if page.raise(i, tick, now_tick)? {
             self.dirty_pages.fetch_add(1, Ordering::Relaxed);
         }
@@ -388,7 +420,7 @@ impl Filter {
     }
 
     /// Clears a page's dirty flag, returning whether it was set.
-    pub fn take_dirty(&self, page: &Page) -> bool {
+    pub fn take_dirty(&self, page: Page<'_>) -> bool {
         let was = page.take_dirty();
         if was {
             let _ = self
@@ -399,8 +431,8 @@ impl Filter {
     }
 
     /// Marks a page dirty again (a save failed).
-    pub fn mark_dirty(&self, page: &Page) {
-        if !page.dirty.swap(true, Ordering::AcqRel) {
+    pub fn mark_dirty(&self, page: Page<'_>) {
+        if !page.set_dirty() {
             self.dirty_pages.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -434,9 +466,10 @@ impl Filter {
             && word(8) > 0
             && word(12) as usize == stamps.len();
         let now_tick = self.now_tick(now_ms);
-        let Some(page) = self.page_or_alloc(shard as usize, page_no as usize) else {
+        if shard >= self.shards || page_no >= self.pages_per_shard {
             return Ok(Loaded::Empty);
-        };
+        }
+        let page = self.page(shard, page_no);
         let (base, stored_tick_ms) = (u64::from(word(4)), u64::from(word(8)) * 1000);
         let torn_tick = self.tick_of(now_ms.saturating_add(expiry_ms));
         for (i, &s) in stamps.iter().enumerate().take(page.stamps.len()) {
@@ -480,9 +513,7 @@ impl Filter {
         let out = Filter::new(geometry, tick_ms.max(self.tick_ms));
         let now_tick = out.now_tick(now_ms);
         for (s, p, page) in self.pages() {
-            let Some(dst) = out.page_or_alloc(s as usize, p as usize) else {
-                continue;
-            };
+            let dst = out.page(s, p);
             for i in 0..page.stamps.len() {
                 let tick = page.get(i);
                 if tick == 0 || self.expire_ms_of(tick) < now_ms {
@@ -504,18 +535,11 @@ impl Filter {
         self.pages().map(|(_, _, p)| p.count_live(first_live)).sum()
     }
 
-    /// Every allocated page with its shard and page index.
-    pub fn pages(&self) -> impl Iterator<Item = (u32, u32, &Page)> {
-        self.shards
-            .iter()
-            .enumerate()
-            .filter_map(|(s, shard)| shard.get().map(|pages| (s, pages)))
-            .flat_map(|(s, pages)| {
-                pages
-                    .iter()
-                    .enumerate()
-                    .filter_map(move |(p, page)| page.get().map(|page| (s as u32, p as u32, page)))
-            })
+    /// Every page ever written (or loaded), with its shard and page index.
+    pub fn pages(&self) -> impl Iterator<Item = (u32, u32, Page<'_>)> {
+        (0..self.shards)
+            .flat_map(move |s| (0..self.pages_per_shard).map(move |p| (s, p, self.page(s, p))))
+            .filter(|(_, _, page)| page.used())
     }
 }
 

@@ -37,6 +37,7 @@ pub mod filter;
 mod journal;
 mod pagefile;
 mod persist;
+mod region;
 mod requests;
 
 use std::collections::HashMap;
