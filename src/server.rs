@@ -370,6 +370,8 @@ pub async fn serve(
         Some(addr) => tracing::info!(%addr, "metrics on http://{addr}/metrics"),
         None => tracing::info!("metrics off (metrics.listen is empty)"),
     }
+    crate::heap::tune();
+    let trimmer = crate::heap::spawn_trimmer();
     let opened = settings.clone();
     let store = tokio::task::spawn_blocking(move || open_store(&opened)).await??;
     crate::metrics::set_max_deduper_series(settings.metrics.max_deduper_series);
@@ -503,6 +505,7 @@ pub async fn serve(
         task.abort();
     }
     watcher.abort();
+    trimmer.abort();
     let _ = watcher.await;
     if let Some(task) = stats_pass {
         task.abort();

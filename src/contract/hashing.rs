@@ -17,6 +17,12 @@
 
 use md5::{Digest, Md5};
 
+/// MD5's initial state (RFC 1321, section 3.3, words A-D).
+const MD5_IV: [u32; 4] = [0x6745_2301, 0xefcd_ab89, 0x98ba_dcfe, 0x1032_5476];
+/// Longest `[salt] ++ entity` that pads into one 64-byte block (RFC 1321,
+/// section 3.1-3.2: a 0x80 byte and the 8-byte length must follow it).
+const ONE_BLOCK: usize = 55;
+
 /// Murmur3 x64-128 with seed 0, as the 16-byte canonical output
 /// (`h1` little-endian, then `h2` little-endian).
 pub fn murmur3_x64_128(entity: &[u8]) -> [u8; 16] {
@@ -45,21 +51,59 @@ pub fn bit_positions(entity: &[u8], bits_per_shard: u32, out: &mut [u32]) {
     debug_assert!(out.len() <= 64);
     let modulus = bits_per_shard as i32;
     for (salt, chunk) in out.chunks_mut(4).enumerate() {
-        let mut md5 = Md5::new();
-        md5.update([salt as u8]);
-        md5.update(entity);
-        let digest = md5.finalize();
-        for (slot, word) in chunk.iter_mut().zip(digest.chunks_exact(4)) {
-            let v = i32::from_be_bytes([word[0], word[1], word[2], word[3]]);
+        let digest = md5_salted(salt as u8, entity);
+        for (slot, word) in chunk.iter_mut().zip(digest) {
+            // The digest's bytes are the state words little-endian; the
+            // contract reads each 4-byte group big-endian.
+            let v = word.swap_bytes() as i32;
             *slot = (v % modulus).unsigned_abs();
         }
     }
+}
+
+/// MD5 of `[salt] ++ entity` as its four state words. Entities of up to 54
+/// bytes (most keys) are padded by hand into one block and compressed
+/// directly: the same digest as [`Md5`], without its buffering, which costs
+/// about as much as the compression itself on such short inputs.
+fn md5_salted(salt: u8, entity: &[u8]) -> [u32; 4] {
+    let len = 1 + entity.len();
+    if len > ONE_BLOCK {
+        let mut md5 = Md5::new();
+        md5.update([salt]);
+        md5.update(entity);
+        let d = md5.finalize();
+        return std::array::from_fn(|i| u32::from_le_bytes([d[4 * i], d[4 * i + 1], d[4 * i + 2], d[4 * i + 3]]));
+    }
+    let mut block = [0u8; 64];
+    block[0] = salt;
+    block[1..len].copy_from_slice(entity);
+    block[len] = 0x80;
+    block[56..].copy_from_slice(&((len as u64) * 8).to_le_bytes());
+    let mut state = MD5_IV;
+    md5::block_api::compress(&mut state, &[block]);
+    state
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::contract::test_vectors::{cases, hex};
+
+    #[test]
+    fn one_block_md5_matches_an_independent_md5_at_every_length() {
+        // Lengths around the one-block limit (54/55 bytes of entity) and
+        // beyond, against the `md5` crate (not the `md-5` the code uses).
+        for len in 0..=130usize {
+            let entity: Vec<u8> = (0..len).map(|i| (i * 31 + len) as u8).collect();
+            for salt in [0u8, 1, 2, 15] {
+                let mut input = vec![salt];
+                input.extend_from_slice(&entity);
+                let want = md5_independent::compute(&input).0;
+                let got: Vec<u8> = md5_salted(salt, &entity).iter().flat_map(|w| w.to_le_bytes()).collect();
+                assert_eq!(got, want, "salt {salt}, {len} bytes");
+            }
+        }
+    }
 
     #[test]
     fn murmur3_matches_reference_vectors() {

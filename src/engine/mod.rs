@@ -606,6 +606,12 @@ impl Engine {
                 store.write_bits(&d, &plan.addrs, record.expire_ms)?;
                 return Ok(record.absent);
             }
+            if key.is_none() {
+                // Nothing to record between the read and the write.
+                let cells = store.read_then_write_bits(&d, &plan.addrs, expire)?;
+                check_len(&cells, &plan)?;
+                return Ok(answer_of(&plan, entities.len(), &cells, now));
+            }
             let mut answer = None;
             let mut earlier = None;
             let result = store.read_and_write_bits(&d, &plan.addrs, expire, &mut |cells: &[Cell]| {

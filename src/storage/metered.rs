@@ -54,6 +54,17 @@ impl Store for MeteredStore {
         })
     }
 
+    fn read_then_write_bits(
+        &self,
+        deduper: &Deduper,
+        bits: &[BitAddr],
+        expire_ms: i64,
+    ) -> Result<Vec<Cell>, StorageError> {
+        Self::timed("read_and_write_bits", || {
+            self.inner.read_then_write_bits(deduper, bits, expire_ms)
+        })
+    }
+
     fn create_deduper(&self, deduper: &Deduper) -> Result<(), StorageError> {
         // ALREADY_EXISTS is an answer, not a storage failure.
         let start = Instant::now();

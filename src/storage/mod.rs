@@ -118,6 +118,19 @@ pub trait Store: Send + Sync + 'static {
         before_write: &mut BeforeWrite<'_>,
     ) -> Result<Vec<Cell>, StorageError>;
 
+    /// [`Store::read_and_write_bits`] with nothing to do between the read
+    /// and the write: returns the cells as they were before the write.
+    /// Backends may read and write each bit in one pass (the embedded store
+    /// does); the default calls `read_and_write_bits`.
+    fn read_then_write_bits(
+        &self,
+        deduper: &Deduper,
+        bits: &[BitAddr],
+        expire_ms: i64,
+    ) -> Result<Vec<Cell>, StorageError> {
+        self.read_and_write_bits(deduper, bits, expire_ms, &mut |_: &[Cell]| Ok(()))
+    }
+
     /// Stores a new deduper config; [`StorageError::AlreadyExists`] when the
     /// client already has one with that name.
     fn create_deduper(&self, deduper: &Deduper) -> Result<(), StorageError>;

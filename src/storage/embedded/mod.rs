@@ -337,27 +337,35 @@ impl EmbeddedStore {
             .with_fjall(|h| h.db.persist(PersistMode::SyncAll).map_err(unavailable))
     }
 
-    /// Journals, then raises, the bits of one write; with `read`, returns
-    /// the cells as they were (atomically against other such writes) after
-    /// passing them to `before_write`. Nothing is raised unless the journal
+    /// Journals, then raises, the bits of one write; unless `read` is
+    /// [`Read::No`], returns the cells as they were, atomically against other
+    /// reading writes of the deduper. Nothing is raised unless the journal
     /// record was accepted (and synced with `fsync`).
     fn write(
         &self,
         deduper: &Deduper,
         bits: &[BitAddr],
         expire_ms: i64,
-        read: Option<&mut BeforeWrite<'_>>,
+        read: Read<'_, '_>,
     ) -> Result<Vec<Cell>, StorageError> {
         let inner = &self.inner;
         let entry = inner.entry(deduper)?;
         let now = now_ms();
-        let _atomic = read
-            .is_some()
-            .then(|| entry.rmw.lock().unwrap_or_else(|p| p.into_inner()));
+        // Encoded before the lock: it does not depend on the read.
+        let record = codec::encode_write(
+            &codec::deduper_key(&deduper.client_id, &deduper.name),
+            codec::expire_seconds(expire_ms),
+            bits,
+        );
+        let _atomic = (!matches!(read, Read::No)).then(|| entry.rmw.lock().unwrap_or_else(|p| p.into_inner()));
         let filter = entry.filter_for(deduper, expire_ms, now);
         let (tick, now_tick) = (filter.tick_of(expire_ms), filter.now_tick(now));
         let mut cells = Vec::new();
-        if let Some(before_write) = read {
+        let fused = matches!(read, Read::Fused);
+        if fused {
+            cells.reserve(bits.len());
+        }
+        if let Read::Before(before_write) = read {
             cells.reserve(bits.len());
             for (i, a) in bits.iter().enumerate() {
                 if let Some(ahead) = bits.get(i + PREFETCH_AHEAD) {
@@ -367,11 +375,6 @@ impl EmbeddedStore {
             }
             before_write(&cells)?;
         }
-        let record = codec::encode_write(
-            &codec::deduper_key(&deduper.client_id, &deduper.name),
-            codec::expire_seconds(expire_ms),
-            bits,
-        );
         let len = record.len() as u64;
         inner.with_write(|h| {
             let _commit = inner.commit.read().unwrap_or_else(|p| p.into_inner());
@@ -383,6 +386,10 @@ impl EmbeddedStore {
             for (i, a) in bits.iter().enumerate() {
                 if let Some(ahead) = bits.get(i + PREFETCH_AHEAD) {
                     filter.prefetch(ahead.shard, ahead.bit);
+                }
+                if fused {
+                    // Read just before the raise, while the line is in cache.
+                    cells.push(cell_of(filter.get_expire_ms(a.shard, a.bit)));
                 }
                 // `filter_for` made the expiry fit, against this same now.
                 filter
@@ -405,6 +412,16 @@ impl EmbeddedStore {
         h.meta.insert(key, json).map_err(unavailable)?;
         h.db.persist(PersistMode::SyncData).map_err(unavailable)
     }
+}
+
+/// What a write reads of the cells it raises.
+enum Read<'a, 'b> {
+    /// Nothing.
+    No,
+    /// All cells first, then `before_write` with them, then the raises.
+    Before(&'a mut BeforeWrite<'b>),
+    /// Each cell just before it is raised, in one pass over the bits.
+    Fused,
 }
 
 /// Size of the health probe's write after a failed write, in bytes: about
@@ -541,7 +558,7 @@ impl Store for EmbeddedStore {
     }
 
     fn write_bits(&self, deduper: &Deduper, bits: &[BitAddr], expire_ms: i64) -> Result<(), StorageError> {
-        self.write(deduper, bits, expire_ms, None).map(drop)
+        self.write(deduper, bits, expire_ms, Read::No).map(drop)
     }
 
     /// Atomic against other `read_and_write_bits` of the same deduper:
@@ -553,7 +570,18 @@ impl Store for EmbeddedStore {
         expire_ms: i64,
         before_write: &mut BeforeWrite<'_>,
     ) -> Result<Vec<Cell>, StorageError> {
-        self.write(deduper, bits, expire_ms, Some(before_write))
+        self.write(deduper, bits, expire_ms, Read::Before(before_write))
+    }
+
+    /// Atomic as `read_and_write_bits`; reads each cell just before raising
+    /// it, in one pass over the filter instead of two.
+    fn read_then_write_bits(
+        &self,
+        deduper: &Deduper,
+        bits: &[BitAddr],
+        expire_ms: i64,
+    ) -> Result<Vec<Cell>, StorageError> {
+        self.write(deduper, bits, expire_ms, Read::Fused)
     }
 
     fn create_deduper(&self, deduper: &Deduper) -> Result<(), StorageError> {
