@@ -162,29 +162,94 @@ struct Plan {
 
 impl Plan {
     fn build(d: &Deduper, entities: &[impl AsRef<[u8]>]) -> Plan {
+        let g = &d.geometry;
+        let k = g.hash_functions as usize;
+        let bits_of = |n: u64| u64::BITS - n.saturating_sub(1).leading_zeros();
+        let (shard_bits, bit_bits) = (bits_of(u64::from(g.shards)), bits_of(u64::from(g.bits_per_shard)));
+        let slot_bits = bits_of((entities.len() * k) as u64);
+        if shard_bits + bit_bits + slot_bits <= u64::BITS {
+            Self::build_packed(d, entities, bit_bits, slot_bits)
+        } else {
+            Self::build_pairs(d, entities)
+        }
+    }
+
+    /// Calls `each(shard, bit, slot)` for every bit of every entity, `slot`
+    /// counting from 0 in entity order.
+    fn hash_all(d: &Deduper, entities: &[impl AsRef<[u8]>], mut each: impl FnMut(u32, u32, u32)) {
         let k = d.geometry.hash_functions as usize;
-        let mut keyed: Vec<(u64, u32)> = Vec::with_capacity(entities.len() * k);
         let mut bits = [0u32; crate::contract::MAX_HASH_FUNCTIONS as usize];
+        let mut slot = 0u32;
         for e in entities {
             let e = e.as_ref();
             let shard = hashing::shard_of(e, d.geometry.shards);
             hashing::bit_positions(e, d.geometry.bits_per_shard, &mut bits[..k]);
             for &b in &bits[..k] {
-                keyed.push(((u64::from(shard) << 32) | u64::from(b), keyed.len() as u32));
+                each(shard, b, slot);
+                slot += 1;
             }
         }
+    }
+
+    /// Sorts one `u64` per bit, `shard | bit | slot` packed, when they fit
+    /// (nearly always): half the bytes the radix sort moves with pairs.
+    fn build_packed(d: &Deduper, entities: &[impl AsRef<[u8]>], bit_bits: u32, slot_bits: u32) -> Plan {
+        let k = d.geometry.hash_functions as usize;
+        let mut packed: Vec<u64> = Vec::with_capacity(entities.len() * k);
+        Self::hash_all(d, entities, |shard, bit, slot| {
+            let key = (u64::from(shard) << bit_bits) | u64::from(bit);
+            packed.push((key << slot_bits) | u64::from(slot));
+        });
+        radsort::sort(&mut packed);
+        let slot_mask = (1u64 << slot_bits) - 1;
+        let bit_mask = (1u64 << bit_bits) - 1;
+        Self::group(
+            k,
+            packed.len(),
+            packed.into_iter().map(|v| {
+                let key = v >> slot_bits;
+                (
+                    BitAddr {
+                        shard: (key >> bit_bits) as u32,
+                        bit: (key & bit_mask) as u32,
+                    },
+                    (v & slot_mask) as u32,
+                )
+            }),
+        )
+    }
+
+    /// Sorts `(shard << 32 | bit, slot)` pairs: any geometry and batch.
+    fn build_pairs(d: &Deduper, entities: &[impl AsRef<[u8]>]) -> Plan {
+        let k = d.geometry.hash_functions as usize;
+        let mut keyed: Vec<(u64, u32)> = Vec::with_capacity(entities.len() * k);
+        Self::hash_all(d, entities, |shard, bit, slot| {
+            keyed.push(((u64::from(shard) << 32) | u64::from(bit), slot))
+        });
         // Keys use few distinct high bytes, which radix sort skips.
         radsort::sort_by_key(&mut keyed, |&(key, _)| key);
-        let mut addrs: Vec<BitAddr> = Vec::with_capacity(keyed.len());
-        let mut index = vec![0u32; keyed.len()];
-        let mut last = None;
-        for (key, slot) in keyed {
-            if last != Some(key) {
-                addrs.push(BitAddr {
-                    shard: (key >> 32) as u32,
-                    bit: key as u32,
-                });
-                last = Some(key);
+        Self::group(
+            k,
+            keyed.len(),
+            keyed.into_iter().map(|(key, slot)| {
+                (
+                    BitAddr {
+                        shard: (key >> 32) as u32,
+                        bit: key as u32,
+                    },
+                    slot,
+                )
+            }),
+        )
+    }
+
+    /// Builds the plan from `(address, slot)` in address order.
+    fn group(k: usize, len: usize, sorted: impl Iterator<Item = (BitAddr, u32)>) -> Plan {
+        let mut addrs: Vec<BitAddr> = Vec::with_capacity(len);
+        let mut index = vec![0u32; len];
+        for (addr, slot) in sorted {
+            if addrs.last() != Some(&addr) {
+                addrs.push(addr);
             }
             index[slot as usize] = (addrs.len() - 1) as u32;
         }

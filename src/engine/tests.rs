@@ -200,6 +200,48 @@ async fn plan_groups_duplicate_bits_and_keeps_entity_order() {
     }
 }
 
+#[test]
+fn packed_and_pair_sorts_plan_alike() {
+    // The packed path (one u64 per bit) must give the plan the pair path
+    // gives, for geometries whose shard and bit fields are narrow or wide.
+    for (shards, bits_per_shard, k) in [(1, 2, 3), (7, 1_000, 7), (1_000, 958_506, 7), (3, 1 << 30, 14)] {
+        let d = Deduper::new(
+            "c",
+            "d",
+            Geometry {
+                hash_functions: k,
+                shards,
+                bits_per_shard,
+            },
+            60,
+            Level::Global,
+            0,
+        );
+        let entities: Vec<Vec<u8>> = (0..3_000u32).map(|i| format!("e{}", i % 2_000).into_bytes()).collect();
+        let g = &d.geometry;
+        let bits_of = |n: u64| u64::BITS - n.saturating_sub(1).leading_zeros();
+        let packed = Plan::build_packed(
+            &d,
+            &entities,
+            bits_of(u64::from(g.bits_per_shard)),
+            bits_of((entities.len() * k as usize) as u64),
+        );
+        let pairs = Plan::build_pairs(&d, &entities);
+        assert_eq!(packed.addrs, pairs.addrs, "{shards} x {bits_per_shard}");
+        assert_eq!(packed.index, pairs.index, "{shards} x {bits_per_shard}");
+        assert!(
+            packed
+                .addrs
+                .windows(2)
+                .all(|w| (w[0].shard, w[0].bit) < (w[1].shard, w[1].bit))
+        );
+        assert!(
+            packed.addrs.len() < entities.len() * k as usize,
+            "repeated entities share bits"
+        );
+    }
+}
+
 async fn engine_with_deduper() -> (Arc<CountingStore>, Engine) {
     let store = Arc::new(CountingStore::default());
     let engine = Engine::new(store.clone(), Limits::default());
