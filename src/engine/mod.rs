@@ -178,13 +178,12 @@ impl Plan {
     /// counting from 0 in entity order.
     fn hash_all(d: &Deduper, entities: &[impl AsRef<[u8]>], mut each: impl FnMut(u32, u32, u32)) {
         let k = d.geometry.hash_functions as usize;
-        let mut bits = [0u32; crate::contract::MAX_HASH_FUNCTIONS as usize];
+        let mut bits = Vec::with_capacity(entities.len() * k);
+        hashing::bit_positions_many(entities, d.geometry.bits_per_shard, k, &mut bits);
         let mut slot = 0u32;
-        for e in entities {
-            let e = e.as_ref();
-            let shard = hashing::shard_of(e, d.geometry.shards);
-            hashing::bit_positions(e, d.geometry.bits_per_shard, &mut bits[..k]);
-            for &b in &bits[..k] {
+        for (e, bits) in entities.iter().zip(bits.chunks_exact(k.max(1))) {
+            let shard = hashing::shard_of(e.as_ref(), d.geometry.shards);
+            for &b in bits {
                 each(shard, b, slot);
                 slot += 1;
             }
