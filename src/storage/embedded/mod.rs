@@ -430,7 +430,7 @@ const PROBE_BYTES: usize = 1 << 20;
 
 /// How many addresses ahead a batch prefetches stamps (enough to overlap
 /// several cache misses, few enough to stay in L1).
-const PREFETCH_AHEAD: usize = 8;
+const PREFETCH_AHEAD: usize = 24;
 
 fn cell_of(expire_ms: Option<i64>) -> Cell {
     Cell {
