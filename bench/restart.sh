@@ -27,15 +27,20 @@ serve() {
 }
 cleanup() { kill -9 "${pid:-0}" 2>/dev/null || true; rm -rf "$dir"; }
 trap cleanup EXIT
-wait_up() {
-    local start=$1
+wait_up() { # wait_up <start> <server pid>: seconds from start until it answers
+    local start=$1 server=$2
     until "$bin" deduper list --addr "$addr" --client bench >/dev/null 2>&1; do
+        if ! kill -0 "$server" 2>/dev/null; then
+            echo "solus serve exited before answering; its log ends:" >&2
+            tail -5 "$dir/server.log" >&2
+            exit 1
+        fi
         sleep 0.02
     done
     python3 -c "import time; print(f'{time.time() - $start:.2f}')"
 }
 pid=$(serve)
-wait_up "$(date +%s.%N)" >/dev/null
+wait_up "$(date +%s.%N)" "$pid" >/dev/null
 echo "loading $keys keys (one Add each) ..." >&2
 "$bin" bench --addr "$addr" --client bench --deduper restart --op add --sequential \
     --key-space "$keys" --batch 1000 --concurrency 4 --quiet --json >"$dir/load.json"
@@ -44,12 +49,14 @@ echo "adding more in the background, then kill -9 ..." >&2
     --key-space "$keys" --seed 7 --batch 1000 --concurrency 4 --quiet >/dev/null 2>&1 &
 sleep 3
 kill -9 "$pid"
-wait "$pid" 2>/dev/null || true
+# Not our child (started in a subshell): poll until the kernel has torn it
+# down and its port is free, as a restarted pod would find it.
+for _ in $(seq 500); do kill -0 "$pid" 2>/dev/null || break; sleep 0.02; done
 du_alloc=$(du -sk "$dir/data" | cut -f1)
 du_apparent=$(du -sk --apparent-size "$dir/data" | cut -f1)
 start=$(date +%s.%N)
 pid=$(serve)
-secs=$(wait_up "$start")
+secs=$(wait_up "$start" "$pid")
 recovered=$(grep -o 'embedded store recovered.*' "$dir/server.log" | tail -1)
 echo "| keys | data directory after kill -9 (allocated / apparent) | restart until the first answer | recovery log |"
 echo "|---:|---|---:|---|"
