@@ -3,6 +3,7 @@
 # 10^8 bits (n = 10,400,000 at p = 1%), loaded once with every key:
 #
 #   bench/restart.sh [key space]        default 10400000
+#   bench/restart.sh 1000000            # a quick try
 #
 # Builds Solus in release mode, starts `solus serve` on a free port with a
 # temporary data directory, loads the keys with `solus bench --sequential`,
@@ -13,6 +14,10 @@
 # checks that no acknowledged add is lost; this measures the time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+case "${1:-}" in
+-h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
+'' | *[!0-9]*) [ -z "${1:-}" ] || { echo "usage: bench/restart.sh [key space, a whole number] (see --help)" >&2; exit 2; } ;;
+esac
 keys="${1:-10400000}"
 cargo build --release --locked -p solus >&2
 bin=target/release/solus
@@ -25,7 +30,11 @@ serve() {
         "$bin" serve >>"$dir/server.log" 2>&1 &
     echo $!
 }
-cleanup() { kill -9 "${pid:-0}" 2>/dev/null || true; rm -rf "$dir"; }
+cleanup() {
+    kill -9 "${pid:-0}" 2>/dev/null || true
+    kill "${load:-0}" 2>/dev/null || true
+    rm -rf "$dir"
+}
 trap cleanup EXIT
 wait_up() { # wait_up <start> <server pid>: seconds from start until it answers
     local start=$1 server=$2
@@ -47,6 +56,7 @@ echo "loading $keys keys (one Add each) ..." >&2
 echo "adding more in the background, then kill -9 ..." >&2
 "$bin" bench --addr "$addr" --client bench --deduper restart --op add --duration 30 \
     --key-space "$keys" --seed 7 --batch 1000 --concurrency 4 --quiet >/dev/null 2>&1 &
+load=$!
 sleep 3
 kill -9 "$pid"
 # Not our child (started in a subshell): poll until the kernel has torn it
