@@ -17,12 +17,6 @@
 
 use md5::{Digest, Md5};
 
-/// MD5's initial state (RFC 1321, section 3.3, words A-D).
-const MD5_IV: [u32; 4] = [0x6745_2301, 0xefcd_ab89, 0x98ba_dcfe, 0x1032_5476];
-/// Longest `[salt] ++ entity` that pads into one 64-byte block (RFC 1321,
-/// section 3.1-3.2: a 0x80 byte and the 8-byte length must follow it).
-const ONE_BLOCK: usize = 55;
-
 /// Murmur3 x64-128 with seed 0, as the 16-byte canonical output
 /// (`h1` little-endian, then `h2` little-endian).
 pub fn murmur3_x64_128(entity: &[u8]) -> [u8; 16] {
@@ -49,85 +43,73 @@ pub fn shard_of(entity: &[u8], shards: u32) -> u32 {
 pub fn bit_positions(entity: &[u8], bits_per_shard: u32, out: &mut [u32]) {
     debug_assert!(bits_per_shard >= 1 && bits_per_shard <= i32::MAX as u32);
     debug_assert!(out.len() <= 64);
-    let modulus = bits_per_shard as i32;
     for (salt, chunk) in out.chunks_mut(4).enumerate() {
-        let digest = md5_salted(salt as u8, entity);
-        for (slot, word) in chunk.iter_mut().zip(digest) {
-            // The digest's bytes are the state words little-endian; the
-            // contract reads each 4-byte group big-endian.
-            let v = word.swap_bytes() as i32;
-            *slot = (v % modulus).unsigned_abs();
-        }
+        positions_from_digest(&md5_salted(salt as u8, entity), bits_per_shard, chunk);
     }
 }
 
-/// Entities hashed per [`bit_positions_many`] round: enough to fill the
-/// SIMD lanes many times over, few enough that the salted copies stay in L1.
-const MANY_CHUNK: usize = 256;
-
 /// [`bit_positions`] of every entity, appended to `out`: entity `i`'s `k`
-/// positions at `out[start + i*k..start + (i+1)*k]`. The same values, with
-/// the digests of a chunk of entities computed together in SIMD lanes
-/// (`md5-many`), which hashes many short messages about four times as fast
-/// as one at a time.
+/// positions at `out[start + i*k..start + (i+1)*k]`, where `start` is
+/// `out`'s length before the call. The same values, with every digest of the
+/// batch computed together in SIMD lanes (`md5-many`), which hashes many
+/// short messages about four times as fast as one at a time.
 ///
-/// `bits_per_shard` must be in `1..=i32::MAX` and `k <= 64` (deduper
+/// `bits_per_shard` must be in `1..=i32::MAX` and `k` in `1..=64` (deduper
 /// validation guarantees both).
 pub fn bit_positions_many(entities: &[impl AsRef<[u8]>], bits_per_shard: u32, k: usize, out: &mut Vec<u32>) {
     static ENGINE: std::sync::OnceLock<md5_many::Md5Many> = std::sync::OnceLock::new();
-    let engine = *ENGINE.get_or_init(md5_many::Md5Many::new);
-    let modulus = bits_per_shard as i32;
     let start = out.len();
+    if k == 0 {
+        return;
+    }
+    let salts = k.div_ceil(4);
+    // Message `i * salts + salt` is `[salt] ++ entities[i]`, all in one buffer.
+    let mut salted = Vec::new();
+    let mut ends = Vec::with_capacity(entities.len() * salts);
+    for e in entities {
+        for salt in 0..salts {
+            salted.push(salt as u8);
+            salted.extend_from_slice(e.as_ref());
+            ends.push(salted.len());
+        }
+    }
+    let mut from = 0;
+    let messages: Vec<&[u8]> = ends
+        .iter()
+        .map(|&end| {
+            let m = &salted[from..end];
+            from = end;
+            m
+        })
+        .collect();
+    let mut digests = vec![[0u8; 16]; messages.len()];
+    ENGINE
+        .get_or_init(md5_many::Md5Many::new)
+        .hash_many(&messages, &mut digests);
     out.resize(start + entities.len() * k, 0);
-    let mut salted: Vec<u8> = Vec::new();
-    let mut ends: Vec<usize> = Vec::with_capacity(MANY_CHUNK);
-    let mut digests = vec![[0u8; 16]; MANY_CHUNK];
-    for (c, chunk) in entities.chunks(MANY_CHUNK).enumerate() {
-        for salt in 0..k.div_ceil(4) {
-            salted.clear();
-            ends.clear();
-            for e in chunk {
-                salted.push(salt as u8);
-                salted.extend_from_slice(e.as_ref());
-                ends.push(salted.len());
-            }
-            let inputs: Vec<&[u8]> = (0..chunk.len())
-                .map(|i| &salted[if i == 0 { 0 } else { ends[i - 1] }..ends[i]])
-                .collect();
-            engine.hash_many(&inputs, &mut digests[..chunk.len()]);
-            let words = (k - salt * 4).min(4);
-            for (i, digest) in digests[..chunk.len()].iter().enumerate() {
-                let at = start + (c * MANY_CHUNK + i) * k + salt * 4;
-                for (slot, w) in out[at..at + words].iter_mut().zip(digest.chunks_exact(4)) {
-                    let v = i32::from_be_bytes([w[0], w[1], w[2], w[3]]);
-                    *slot = (v % modulus).unsigned_abs();
-                }
-            }
+    for (positions, digests) in out[start..].chunks_exact_mut(k).zip(digests.chunks_exact(salts)) {
+        for (chunk, digest) in positions.chunks_mut(4).zip(digests) {
+            positions_from_digest(digest, bits_per_shard, chunk);
         }
     }
 }
 
-/// MD5 of `[salt] ++ entity` as its four state words. Entities of up to 54
-/// bytes (most keys) are padded by hand into one block and compressed
-/// directly: the same digest as [`Md5`], without its buffering, which costs
-/// about as much as the compression itself on such short inputs.
-fn md5_salted(salt: u8, entity: &[u8]) -> [u32; 4] {
-    let len = 1 + entity.len();
-    if len > ONE_BLOCK {
-        let mut md5 = Md5::new();
-        md5.update([salt]);
-        md5.update(entity);
-        let d = md5.finalize();
-        return std::array::from_fn(|i| u32::from_le_bytes([d[4 * i], d[4 * i + 1], d[4 * i + 2], d[4 * i + 3]]));
+/// MD5 (RFC 1321) of `[salt] ++ entity`.
+fn md5_salted(salt: u8, entity: &[u8]) -> [u8; 16] {
+    let mut md5 = Md5::new();
+    md5.update([salt]);
+    md5.update(entity);
+    md5.finalize().into()
+}
+
+/// Up to four positions from one digest: its big-endian `i32` words in
+/// order, each `|v % bits_per_shard|` with a truncated remainder.
+fn positions_from_digest(digest: &[u8; 16], bits_per_shard: u32, out: &mut [u32]) {
+    let modulus = bits_per_shard as i32;
+    for (slot, w) in out.iter_mut().zip(digest.chunks_exact(4)) {
+        let v = i32::from_be_bytes([w[0], w[1], w[2], w[3]]);
+        *slot = (v % modulus).unsigned_abs();
     }
-    let mut block = [0u8; 64];
-    block[0] = salt;
-    block[1..len].copy_from_slice(entity);
-    block[len] = 0x80;
-    block[56..].copy_from_slice(&((len as u64) * 8).to_le_bytes());
-    let mut state = MD5_IV;
-    md5::block_api::compress(&mut state, &[block]);
-    state
 }
 
 #[cfg(test)]
