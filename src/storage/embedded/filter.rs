@@ -406,6 +406,19 @@ impl Filter {
         }
     }
 
+    /// [`Filter::get`], then [`Filter::raise`], with one lookup of the bit:
+    /// the expiry tick the bit had before (0 when unset or out of range).
+    pub fn get_and_raise(&self, shard: u32, bit: u32, tick: u32, now_tick: u32) -> Result<u32, TooFar> {
+        match self.locate(shard, bit) {
+            Some((page, i)) => {
+                let before = page.get(i);
+                self.raise_in(page, i, tick, now_tick)?;
+                Ok(before)
+            }
+            None => Ok(0),
+        }
+    }
+
     fn raise_in(&self, page: Page<'_>, i: usize, tick: u32, now_tick: u32) -> Result<(), TooFar> {
         if page.raise(i, tick, now_tick)? {
             self.dirty_pages.fetch_add(1, Ordering::Relaxed);

@@ -387,14 +387,15 @@ impl EmbeddedStore {
                 if let Some(ahead) = bits.get(i + PREFETCH_AHEAD) {
                     filter.prefetch(ahead.shard, ahead.bit);
                 }
+                // `filter_for` made the expiry fit, against this same now.
+                let too_far = |_| StorageError::Corrupt(format!("expiry {expire_ms} ms does not fit the filter"));
                 if fused {
                     // Read just before the raise, while the line is in cache.
-                    cells.push(cell_of(filter.get_expire_ms(a.shard, a.bit)));
+                    let before = filter.get_and_raise(a.shard, a.bit, tick, now_tick).map_err(too_far)?;
+                    cells.push(cell_of((before != 0).then(|| filter.expire_ms_of(before))));
+                } else {
+                    filter.raise(a.shard, a.bit, tick, now_tick).map_err(too_far)?;
                 }
-                // `filter_for` made the expiry fit, against this same now.
-                filter
-                    .raise(a.shard, a.bit, tick, now_tick)
-                    .map_err(|_| StorageError::Corrupt(format!("expiry {expire_ms} ms does not fit the filter")))?;
             }
             Ok(())
         })?;
