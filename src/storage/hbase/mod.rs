@@ -7,7 +7,7 @@
 //! DC-level ones, family `S` (one version, GZ, ROWCOL bloom); one row per
 //! shard ([`layout::data_row_key`]), one cell per bit. Meta: one table per
 //! client, `<client_id>_dedupers`, family `C`; see `codec.rs` for the
-//! columns and their Java `Bytes.toBytes` encodings and `meta.rs` for how
+//! columns and their Java `Bytes.toBytes` encodings and `claim.rs` for how
 //! creation stays exclusive.
 //!
 //! # Writes and the never-backwards rule
@@ -58,6 +58,7 @@
 //! (with `create_tables`) and the call repeated once (`tables.rs`), `ping`
 //! included, so health recovers without a restart.
 
+mod claim;
 mod codec;
 pub mod config;
 mod data;
@@ -369,7 +370,7 @@ impl Store for HbaseStore {
         self.tables.ensure_meta(&self.pool, &deduper.client_id)?;
         let now = now_ms();
         self.check_tombstone(deduper, now)?;
-        meta::create(&self.pool, &self.tables, deduper, now)
+        claim::create(&self.pool, &self.tables, deduper)
     }
 
     /// Shard rows by geometry, then the config row: see `lifecycle.rs`.
