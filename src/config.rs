@@ -304,6 +304,7 @@ pub const KEYS: &[&str] = &[
     "storage.hbase.max_cells_per_read",
     "storage.hbase.max_request_bytes",
     "storage.hbase.add_if_absent_guard",
+    "storage.hbase.max_clock_offset_ms",
     "limits.max_entities_per_request",
     "limits.max_entity_bytes",
     "limits.max_message_bytes",

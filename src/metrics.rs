@@ -22,6 +22,9 @@
 //! | `solus_deduper_target_fpr` | gauge | `client`, `deduper` | the p the deduper was sized for (when sized from n and p) |
 //! | `solus_deduper_load_ratio` | gauge | `client`, `deduper` | n* / n (when sized from n and p); above 1 = over capacity |
 //! | `solus_deduper_stats_timestamp_seconds` | gauge | `client`, `deduper` | when those figures were computed, s since the Unix epoch |
+//! | `solus_clock_offset_seconds` | gauge | | this replica's clock minus HBase's, from the last probe (HBase only) |
+//! | `solus_clock_offset_error_seconds` | gauge | | that probe's error bound (half its round trip) |
+//! | `solus_clock_max_offset_seconds` | gauge | | `storage.hbase.max_clock_offset_ms` in seconds (0: not enforced) |
 //!
 //! The per-deduper series are capped at `metrics.max_deduper_series`
 //! (client, deduper) pairs, first come first served: later dedupers are
@@ -369,4 +372,20 @@ pub fn set_dedupers(n: usize) {
 /// Counts one created deduper.
 pub fn deduper_created() {
     metrics::gauge!(DEDUPERS).increment(1.0);
+}
+
+/// This replica's clock minus the shared storage's (HBase's), in seconds,
+/// from the last measurement (see `storage::clock_bound`).
+pub const CLOCK_OFFSET: &str = "solus_clock_offset_seconds";
+/// The error bound of that measurement (half its round trip), in seconds.
+pub const CLOCK_OFFSET_ERROR: &str = "solus_clock_offset_error_seconds";
+/// The largest offset tolerated (`storage.hbase.max_clock_offset_ms`), in
+/// seconds; 0 when not enforced.
+pub const CLOCK_MAX_OFFSET: &str = "solus_clock_max_offset_seconds";
+
+/// Sets the clock offset gauges from one measurement (all in ms).
+pub fn set_clock_offset(offset_ms: i64, error_ms: i64, max_offset_ms: i64) {
+    metrics::gauge!(CLOCK_OFFSET).set(offset_ms as f64 / 1000.0);
+    metrics::gauge!(CLOCK_OFFSET_ERROR).set(error_ms as f64 / 1000.0);
+    metrics::gauge!(CLOCK_MAX_OFFSET).set(max_offset_ms as f64 / 1000.0);
 }

@@ -929,8 +929,17 @@ fn answer_of(plan: &Plan, entities: usize, cells: &[Cell], now: i64) -> Vec<bool
 }
 
 /// The expiry time of an add at `now` with `ttl_ms` (ms since the Unix
-/// epoch); `Invalid`, naming the limit, when the store would cut it short.
+/// epoch); `Invalid`, naming the limit, when the store would cut it short
+/// or the TTL is shorter than the replicas' clocks can honour.
 fn check_expire(store: &dyn Store, now: i64, ttl_ms: u64) -> Result<i64, EngineError> {
+    let min = store.min_ttl_ms();
+    if ttl_ms < min {
+        return Err(EngineError::Invalid(format!(
+            "a TTL of {ttl_ms} ms is shorter than {min} ms, twice the clock offset the replicas tolerate \
+             (storage.hbase.max_clock_offset_ms): another replica could see it expired as it is written; use a \
+             longer ttl_ms or expiry_seconds"
+        )));
+    }
     let expire = now.saturating_add(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
     let max = store.max_expire_ms();
     if expire > max {

@@ -4,7 +4,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{BeforeWrite, BitAddr, BitStats, Cell, Change, RecordFingerprint, RequestKey, StorageError, Store};
+use super::{
+    BeforeWrite, BitAddr, BitStats, Cell, Change, ClockOffset, RecordFingerprint, RequestKey, StorageError, Store,
+};
 use crate::deduper::Deduper;
 use crate::metrics;
 
@@ -155,6 +157,14 @@ impl Store for MeteredStore {
 
     fn data_location(&self, deduper: &Deduper) -> Option<String> {
         self.inner.data_location(deduper)
+    }
+
+    fn clock_offset(&self) -> Result<Option<ClockOffset>, StorageError> {
+        self.inner.clock_offset()
+    }
+
+    fn min_ttl_ms(&self) -> u64 {
+        self.inner.min_ttl_ms()
     }
 
     fn ping(&self) -> Result<(), StorageError> {

@@ -11,6 +11,7 @@
 use crate::deduper::Deduper;
 
 pub mod caller;
+pub mod clock_bound;
 pub mod embedded;
 pub mod hbase;
 pub mod metered;
@@ -72,6 +73,18 @@ pub struct BitStats {
     /// Bits examined: every one of the m bits for an exact count, else the
     /// size of a uniform random sample.
     pub sampled_bits: u64,
+}
+
+/// This replica's clock against the clock of a storage that several
+/// replicas share, from one measurement (see [`Store::clock_offset`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockOffset {
+    /// This replica's clock minus the storage's, in ms: positive when this
+    /// replica is ahead.
+    pub offset_ms: i64,
+    /// Half the round trip of the measurement plus the clocks' 1 ms
+    /// resolution, in ms: the true offset lies within `offset_ms +- error_ms`.
+    pub error_ms: i64,
 }
 
 /// A storage failure.
@@ -229,6 +242,22 @@ pub trait Store: Send + Sync + 'static {
     fn data_location(&self, deduper: &Deduper) -> Option<String> {
         let _ = deduper;
         None
+    }
+
+    /// Measures this replica's clock ([`crate::clock::now_ms`]) against the
+    /// storage's own clock, the one every replica sharing the storage can
+    /// agree on (HBase: a probe cell stamped by the region server). `None`
+    /// for backends no other replica shares (the embedded store). A few
+    /// storage round trips: called on the health probe's schedule, never on
+    /// a request. Errors: `Unavailable`.
+    fn clock_offset(&self) -> Result<Option<ClockOffset>, StorageError> {
+        Ok(None)
+    }
+
+    /// Shortest TTL (ms) this store honours: an expiry may be judged up to
+    /// this much early by some replica (see `clock_bound.rs`); 0 when none.
+    fn min_ttl_ms(&self) -> u64 {
+        0
     }
 
     /// Health check for readiness: storage is reachable and, when the last

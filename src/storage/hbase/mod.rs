@@ -59,6 +59,7 @@
 //! included, so health recovers without a restart.
 
 mod claim;
+mod clock_probe;
 mod codec;
 pub mod config;
 mod data;
@@ -80,7 +81,9 @@ use self::data::ReadGroup;
 use self::pool::{Pool, Retry};
 use self::tables::Tables;
 pub use self::tables::{data_family, meta_family};
-use super::{BeforeWrite, BitAddr, BitStats, Cell, Change, RecordFingerprint, RequestKey, StorageError, Store};
+use super::{
+    BeforeWrite, BitAddr, BitStats, Cell, Change, ClockOffset, RecordFingerprint, RequestKey, StorageError, Store,
+};
 use crate::clock::now_ms;
 use crate::contract::layout;
 use crate::deduper::{Deduper, Level};
@@ -92,6 +95,8 @@ pub struct HbaseStore {
     farm: String,
     pool: Pool,
     tables: Tables,
+    /// This process's clock probe row (`clock_probe.rs`).
+    probe_id: u64,
 }
 
 impl HbaseStore {
@@ -112,6 +117,7 @@ impl HbaseStore {
             config,
             table: table.to_string(),
             farm: farm.to_string(),
+            probe_id: rand::random(),
         };
         match store.pool.call(Retry::Once, |c| c.get_table_names()) {
             Ok(_) => store.tables.ensure_data(&store.pool)?,
@@ -445,6 +451,12 @@ impl Store for HbaseStore {
 
     fn list_dedupers(&self, client_id: &str, active_only: bool) -> Result<Vec<Deduper>, StorageError> {
         meta::list(&self.pool, &self.tables, client_id, active_only)
+    }
+
+    /// A probe cell stamped by HBase, written and read back: see
+    /// `clock_probe.rs`. Two Thrift calls per sample, up to three samples.
+    fn clock_offset(&self) -> Result<Option<ClockOffset>, StorageError> {
+        self.measure_clock().map(Some)
     }
 
     /// Checks the data tables if not done yet, then one `isTableEnabled` of
