@@ -22,7 +22,6 @@ import java.io.File;
 import java.io.IOException;
 import java.io.Serializable;
 import java.io.UncheckedIOException;
-import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.security.SecureRandom;
 import java.time.Duration;
@@ -78,7 +77,10 @@ import solus.v1.DeduperServiceGrpc;
  * {@code addIfAbsent} is still unanswered is not sent again but answered "present" once the first
  * call is answered (it fails with the first call's error if that one fails), so of several calls
  * with one entity through one client, the first one made is the one answered new. Across clients
- * and processes, the server's order decides.
+ * and processes, the server's order decides. With record ids
+ * ({@link #addIfAbsent(String, byte[], byte[])}) a repeat with the same record id is the same
+ * record and gets the first call's answer; one with another record id is sent after the first is
+ * answered, so that a replayed record is answered as its first occurrence was.
  *
  * <p>Thread-safe; one instance per process is enough. Futures complete on gRPC's threads: keep
  * callbacks short or move work elsewhere with the {@code *Async} methods of
@@ -94,6 +96,8 @@ public final class SolusClient implements AutoCloseable {
     private static final Metadata.Key<String> AUTHORIZATION =
             Metadata.Key.of("authorization", Metadata.ASCII_STRING_MARSHALLER);
     private static final SecureRandom RANDOM = new SecureRandom();
+    /** The server's limit on one record id, in bytes. */
+    static final int MAX_RECORD_ID_BYTES = 128;
 
     private final Builder cfg;
     private final ManagedChannel ownedChannel;
@@ -107,7 +111,7 @@ public final class SolusClient implements AutoCloseable {
     private final ConcurrentLinkedDeque<Batch> ready = new ConcurrentLinkedDeque<>();
     private final Set<Batch> live = ConcurrentHashMap.newKeySet();
     /** AddIfAbsent calls not answered yet, by entity: a repeat meanwhile waits for the first. */
-    private final Map<EntityKey, CompletableFuture<Boolean>> unanswered = new ConcurrentHashMap<>();
+    private final Unanswered unanswered = new Unanswered();
     private volatile boolean closed;
 
     private SolusClient(Builder b) {
@@ -152,12 +156,40 @@ public final class SolusClient implements AutoCloseable {
      * <p>Blocks while {@code maxPendingRecords} entities already wait for their answer.
      */
     public CompletableFuture<Boolean> addIfAbsent(String deduper, byte[] entity) {
-        return submit(Op.ADD_IF_ABSENT, deduper, entity, cfg.ttlMs());
+        return submit(Op.ADD_IF_ABSENT, deduper, entity, null, cfg.ttlMs());
     }
 
     /** {@link #addIfAbsent(String, byte[])} with an explicit TTL (at most the deduper's expiry). */
     public CompletableFuture<Boolean> addIfAbsent(String deduper, byte[] entity, Duration ttl) {
-        return submit(Op.ADD_IF_ABSENT, deduper, entity, ttlMs(ttl));
+        return submit(Op.ADD_IF_ABSENT, deduper, entity, null, ttlMs(ttl));
+    }
+
+    /**
+     * {@link #addIfAbsent(String, byte[])} of one record identified by {@code recordId}: a stable
+     * id of the record (not of its entity), such as its source position (topic, partition,
+     * offset). When a record whose entity was answered {@code true} comes again with the same
+     * entity and record id (a replay after a restart, a rebalance, a retry after a timeout),
+     * within the server's {@code limits.record_id_window_seconds}, in any batch and through any
+     * client, it is answered {@code true} again instead of "present": replaying a new record
+     * never drops it. Another record of the same entity is answered "present" as usual.
+     *
+     * <p>Through one client, a call of an entity whose earlier {@code addIfAbsent} is still
+     * unanswered gets, with the same record id, the earlier call's answer (it is the same record,
+     * not sent twice); with another record id it is sent once the earlier call is answered, so
+     * the server sees them in call order and answers a replayed record as its first occurrence;
+     * without a record id it is answered {@code false} once the earlier call is answered.
+     *
+     * @param recordId 0 to 128 bytes; {@code null} or empty = no record id (the call then
+     *     behaves as {@link #addIfAbsent(String, byte[])})
+     * @throws IllegalArgumentException when {@code recordId} is longer than 128 bytes
+     */
+    public CompletableFuture<Boolean> addIfAbsent(String deduper, byte[] entity, byte[] recordId) {
+        return submit(Op.ADD_IF_ABSENT, deduper, entity, recordId, cfg.ttlMs());
+    }
+
+    /** {@link #addIfAbsent(String, byte[], byte[])} with an explicit TTL (at most the deduper's expiry). */
+    public CompletableFuture<Boolean> addIfAbsent(String deduper, byte[] entity, byte[] recordId, Duration ttl) {
+        return submit(Op.ADD_IF_ABSENT, deduper, entity, recordId, ttlMs(ttl));
     }
 
     /** {@link #addIfAbsent(String, byte[])} of the UTF-8 bytes of {@code entity}. */
@@ -170,7 +202,20 @@ public final class SolusClient implements AutoCloseable {
      * (or its TTL passed), {@code false} = probably present. Changes nothing.
      */
     public CompletableFuture<Boolean> checkAbsence(String deduper, byte[] entity) {
-        return submit(Op.CHECK_ABSENCE, deduper, entity, 0);
+        return submit(Op.CHECK_ABSENCE, deduper, entity, null, 0);
+    }
+
+    /**
+     * {@link #checkAbsence(String, byte[])} of one record identified by {@code recordId} (see
+     * {@link #addIfAbsent(String, byte[], byte[])}): {@code true} also when an earlier
+     * {@code addIfAbsent} of this entity and record id was answered {@code true} within the
+     * server's {@code limits.record_id_window_seconds}, i.e. this record is the one that is new.
+     *
+     * @param recordId 0 to 128 bytes; {@code null} or empty = no record id
+     * @throws IllegalArgumentException when {@code recordId} is longer than 128 bytes
+     */
+    public CompletableFuture<Boolean> checkAbsence(String deduper, byte[] entity, byte[] recordId) {
+        return submit(Op.CHECK_ABSENCE, deduper, entity, recordId, 0);
     }
 
     /** {@link #checkAbsence(String, byte[])} of the UTF-8 bytes of {@code entity}. */
@@ -180,12 +225,12 @@ public final class SolusClient implements AutoCloseable {
 
     /** Remembers {@code entity} for the builder's TTL; completes once the server acknowledged it. */
     public CompletableFuture<Void> add(String deduper, byte[] entity) {
-        return submit(Op.ADD, deduper, entity, cfg.ttlMs()).thenApply(x -> null);
+        return submit(Op.ADD, deduper, entity, null, cfg.ttlMs()).thenApply(x -> null);
     }
 
     /** {@link #add(String, byte[])} with an explicit TTL (at most the deduper's expiry). */
     public CompletableFuture<Void> add(String deduper, byte[] entity, Duration ttl) {
-        return submit(Op.ADD, deduper, entity, ttlMs(ttl)).thenApply(x -> null);
+        return submit(Op.ADD, deduper, entity, null, ttlMs(ttl)).thenApply(x -> null);
     }
 
     /** {@link #add(String, byte[])} of the UTF-8 bytes of {@code entity}. */
@@ -240,9 +285,10 @@ public final class SolusClient implements AutoCloseable {
         close(cfg.deadline.multipliedBy(cfg.maxAttempts));
     }
 
-    private CompletableFuture<Boolean> submit(Op op, String deduper, byte[] entity, long ttlMs) {
+    private CompletableFuture<Boolean> submit(Op op, String deduper, byte[] entity, byte[] recordId, long ttlMs) {
         Objects.requireNonNull(deduper, "deduper");
         Objects.requireNonNull(entity, "entity");
+        ByteString rid = recordId(recordId);
         if (closed) {
             throw new IllegalStateException("the Solus client is closed");
         }
@@ -257,32 +303,57 @@ public final class SolusClient implements AutoCloseable {
                     + " bytes refused: entities are 1 to maxEntityBytes = " + cfg.maxEntityBytes
                     + " bytes (the server's limits.max_entity_bytes)", Status.Code.INVALID_ARGUMENT));
         }
-        CompletableFuture<Boolean> f = new CompletableFuture<>();
-        if (op == Op.ADD_IF_ABSENT) {
-            // A repeat of an entity whose AddIfAbsent is still unanswered is not sent: the earlier
-            // call adds the entity, so the repeat is present. Without this, the two could travel
-            // in concurrent requests and the server could see the later one first.
-            EntityKey ek = new EntityKey(deduper, ttlMs, ByteBuffer.wrap(entity.clone()));
-            CompletableFuture<Boolean> earlier = unanswered.putIfAbsent(ek, f);
-            if (earlier != null) {
-                return earlier.thenApply(x -> Boolean.FALSE);
-            }
-            f.whenComplete((x, e) -> unanswered.remove(ek, f));
-        }
+        // The permit first: a call that waits here has registered nothing yet.
         try {
             pendingRecords.acquire();
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
-            f.completeExceptionally(e);
-            return f;
+            return CompletableFuture.failedFuture(new SolusException(op.rpc + " interrupted while waiting for one of the "
+                    + cfg.maxPendingRecords + " maxPendingRecords slots; nothing was sent", Status.Code.CANCELLED));
         }
         Key key = new Key(op, deduper, ttlMs);
+        Rec rec = new Rec(ByteString.copyFrom(entity), rid, new CompletableFuture<>());
+        if (op == Op.ADD_IF_ABSENT) {
+            Unanswered.Decision d = unanswered.register(deduper, ttlMs, rec.entity, rid, rec.answer);
+            switch (d.action()) {
+                case SHARE -> {
+                    pendingRecords.release();
+                    return d.earlier().thenApply(x -> x);
+                }
+                case PRESENT_AFTER -> {
+                    pendingRecords.release();
+                    return d.earlier().thenApply(x -> Boolean.FALSE);
+                }
+                case SEND_AFTER -> {
+                    // Keeps its slot while it waits; sent whatever the earlier call's outcome.
+                    d.earlier().whenComplete((x, e) -> offer(key, rec));
+                    return rec.answer;
+                }
+                case SEND -> {
+                }
+            }
+        }
+        offer(key, rec);
+        return rec.answer;
+    }
+
+    /** A record id as sent (null = none), checked against the server's 128-byte limit. */
+    private static ByteString recordId(byte[] recordId) {
+        if (recordId == null || recordId.length == 0) {
+            return null;
+        }
+        if (recordId.length > MAX_RECORD_ID_BYTES) {
+            throw new IllegalArgumentException("record id of " + recordId.length + " bytes refused: record ids are 0 to "
+                    + MAX_RECORD_ID_BYTES + " bytes");
+        }
+        return ByteString.copyFrom(recordId);
+    }
+
+    private void offer(Key key, Rec rec) {
         Pending p = pending.computeIfAbsent(key, Pending::new);
-        List<Batch> sealed = p.offer(entity, f);
-        for (Batch b : sealed) {
+        for (Batch b : p.offer(rec)) {
             enqueue(b);
         }
-        return f;
     }
 
     private void enqueue(Batch b) {
@@ -404,14 +475,14 @@ public final class SolusClient implements AutoCloseable {
     private record Key(Op op, String deduper, long ttlMs) {
     }
 
-    private record EntityKey(String deduper, long ttlMs, ByteBuffer entity) {
+    /** One call waiting in a batch: its entity, record id (null = none) and answer. */
+    private record Rec(ByteString entity, ByteString recordId, CompletableFuture<Boolean> answer) {
     }
 
     /** The partly filled batch of one key. */
     private final class Pending {
         private final Key key;
-        private List<ByteString> entities = new ArrayList<>();
-        private List<CompletableFuture<Boolean>> futures = new ArrayList<>();
+        private List<Rec> recs = new ArrayList<>();
         private long bytes;
         private long generation;
         private ScheduledFuture<?> linger;
@@ -420,18 +491,17 @@ public final class SolusClient implements AutoCloseable {
             this.key = key;
         }
 
-        synchronized List<Batch> offer(byte[] entity, CompletableFuture<Boolean> f) {
+        synchronized List<Batch> offer(Rec rec) {
             List<Batch> out = new ArrayList<>(1);
-            long size = entity.length + 8L;
-            if (!entities.isEmpty() && bytes + size > cfg.maxBatchBytes) {
+            long size = rec.entity.size() + (rec.recordId == null ? 0 : rec.recordId.size()) + 8L;
+            if (!recs.isEmpty() && bytes + size > cfg.maxBatchBytes) {
                 out.add(takeLocked());
             }
-            entities.add(ByteString.copyFrom(entity));
-            futures.add(f);
+            recs.add(rec);
             bytes += size;
-            if (entities.size() >= cfg.maxBatch) {
+            if (recs.size() >= cfg.maxBatch) {
                 out.add(takeLocked());
-            } else if (entities.size() == 1) {
+            } else if (recs.size() == 1) {
                 long gen = generation;
                 try {
                     linger = timer.schedule(() -> lingerExpired(gen), cfg.linger.toNanos(), TimeUnit.NANOSECONDS);
@@ -457,7 +527,7 @@ public final class SolusClient implements AutoCloseable {
         }
 
         private Batch takeLocked() {
-            if (entities.isEmpty()) {
+            if (recs.isEmpty()) {
                 return null;
             }
             generation++;
@@ -465,9 +535,8 @@ public final class SolusClient implements AutoCloseable {
                 linger.cancel(false);
                 linger = null;
             }
-            Batch b = new Batch(key, entities, futures);
-            entities = new ArrayList<>();
-            futures = new ArrayList<>();
+            Batch b = new Batch(key, recs);
+            recs = new ArrayList<>();
             bytes = 0;
             return b;
         }
@@ -480,9 +549,24 @@ public final class SolusClient implements AutoCloseable {
         final List<CompletableFuture<Boolean>> futures;
         int attempts;
 
-        Batch(Key key, List<ByteString> entities, List<CompletableFuture<Boolean>> futures) {
+        Batch(Key key, List<Rec> recs) {
             this.op = key.op;
-            this.futures = futures;
+            List<ByteString> entities = new ArrayList<>(recs.size());
+            List<CompletableFuture<Boolean>> fs = new ArrayList<>(recs.size());
+            boolean anyId = false;
+            for (Rec r : recs) {
+                entities.add(r.entity);
+                fs.add(r.answer);
+                anyId |= r.recordId != null;
+            }
+            this.futures = fs;
+            // record_ids: one per entity (empty = none), or none at all when no record has one.
+            List<ByteString> recordIds = new ArrayList<>(anyId ? recs.size() : 0);
+            if (anyId) {
+                for (Rec r : recs) {
+                    recordIds.add(r.recordId == null ? ByteString.EMPTY : r.recordId);
+                }
+            }
             byte[] id = new byte[16];
             RANDOM.nextBytes(id);
             ByteString requestId = ByteString.copyFrom(id);
@@ -490,10 +574,10 @@ public final class SolusClient implements AutoCloseable {
                 case ADD -> AddRequest.newBuilder().setClientId(cfg.clientId).setDeduper(key.deduper)
                         .addAllEntities(entities).setTtlMs(key.ttlMs).setRequestId(requestId).build();
                 case CHECK_ABSENCE -> CheckAbsenceRequest.newBuilder().setClientId(cfg.clientId)
-                        .setDeduper(key.deduper).addAllEntities(entities).build();
+                        .setDeduper(key.deduper).addAllEntities(entities).addAllRecordIds(recordIds).build();
                 case ADD_IF_ABSENT -> AddIfAbsentRequest.newBuilder().setClientId(cfg.clientId)
                         .setDeduper(key.deduper).addAllEntities(entities).setTtlMs(key.ttlMs)
-                        .setRequestId(requestId).build();
+                        .setRequestId(requestId).addAllRecordIds(recordIds).build();
             };
             live.add(this);
         }
