@@ -112,7 +112,10 @@ public final class SolusClient implements AutoCloseable {
     private final Set<Batch> live = ConcurrentHashMap.newKeySet();
     /** AddIfAbsent calls not answered yet, by entity: a repeat meanwhile waits for the first. */
     private final Unanswered unanswered = new Unanswered();
+    /** No new calls: set when close begins. */
     private volatile boolean closed;
+    /** Set when close stops waiting: what is still unanswered then fails, nothing new is sent. */
+    private volatile boolean terminated;
 
     private SolusClient(Builder b) {
         this.cfg = b.copy();
@@ -249,25 +252,33 @@ public final class SolusClient implements AutoCloseable {
     }
 
     /**
-     * Sends what is queued, waits up to {@code timeout} for every answer, then closes the channel
-     * (when the client opened it). Futures still unanswered then fail with {@code CANCELLED}.
-     * Calls made after {@code close} fail with {@link IllegalStateException}.
+     * Sends what is queued, waits up to {@code timeout} for every answer (retries included), then
+     * closes the channel (when the client opened it). Every future of a call made before
+     * {@code close} is complete when it returns: with its answer, or failed with a
+     * {@link SolusException} ({@code CANCELLED}, "the Solus client was closed before an answer
+     * came") if none came in time; a call still waiting for a slot then gets such a failed future.
+     * Calls made after {@code close} began throw {@link IllegalStateException}. Takes about
+     * {@code timeout}, plus up to 5 s for the channel to shut down.
      */
     public void close(Duration timeout) {
         closed = true;
         flush();
-        boolean drained = false;
         try {
-            drained = pendingRecords.tryAcquire(cfg.maxPendingRecords, timeout.toMillis(), TimeUnit.MILLISECONDS);
+            // Every unanswered record holds a slot: all slots free = all answered.
+            if (pendingRecords.tryAcquire(cfg.maxPendingRecords, timeout.toMillis(), TimeUnit.MILLISECONDS)) {
+                pendingRecords.release(cfg.maxPendingRecords);
+            }
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
         }
+        terminated = true;
         timer.shutdownNow();
-        if (!drained) {
-            Status st = Status.CANCELLED.withDescription("the Solus client was closed before an answer came");
-            for (Batch b : live) {
-                b.fail(new SolusException(b.op.rpc, st, b.attempts));
-            }
+        // After `terminated`, an offer fails instead of queueing, so one pass over the pending
+        // batches and the live ones reaches everything left (calls waiting for an earlier
+        // call fail as that one fails).
+        flush();
+        for (Batch b : live) {
+            b.fail(closedError(b.op, b.attempts));
         }
         if (ownedChannel != null) {
             ownedChannel.shutdownNow();
@@ -277,6 +288,11 @@ public final class SolusClient implements AutoCloseable {
                 Thread.currentThread().interrupt();
             }
         }
+    }
+
+    private static SolusException closedError(Op op, int attempts) {
+        return new SolusException(op.rpc, Status.CANCELLED.withDescription(
+                "the Solus client was closed before an answer came"), attempts);
     }
 
     /** {@link #close(Duration)} with a timeout of {@code maxAttempts} deadlines. */
@@ -311,6 +327,11 @@ public final class SolusClient implements AutoCloseable {
             return CompletableFuture.failedFuture(new SolusException(op.rpc + " interrupted while waiting for one of the "
                     + cfg.maxPendingRecords + " maxPendingRecords slots; nothing was sent", Status.Code.CANCELLED));
         }
+        if (terminated) {
+            // Called before close, but its slot came only after close stopped waiting.
+            pendingRecords.release();
+            return CompletableFuture.failedFuture(closedError(op, 0));
+        }
         Key key = new Key(op, deduper, ttlMs);
         Rec rec = new Rec(ByteString.copyFrom(entity), rid, new CompletableFuture<>());
         if (op == Op.ADD_IF_ABSENT) {
@@ -318,23 +339,40 @@ public final class SolusClient implements AutoCloseable {
             switch (d.action()) {
                 case SHARE -> {
                     pendingRecords.release();
-                    return d.earlier().thenApply(x -> x);
+                    return follow(d.earlier(), null);
                 }
                 case PRESENT_AFTER -> {
                     pendingRecords.release();
-                    return d.earlier().thenApply(x -> Boolean.FALSE);
+                    return follow(d.earlier(), Boolean.FALSE);
                 }
                 case SEND_AFTER -> {
                     // Keeps its slot while it waits; sent whatever the earlier call's outcome.
                     d.earlier().whenComplete((x, e) -> offer(key, rec));
-                    return rec.answer;
+                    return follow(rec.answer, null);
                 }
                 case SEND -> {
                 }
             }
         }
         offer(key, rec);
-        return rec.answer;
+        return follow(rec.answer, null);
+    }
+
+    /**
+     * The caller's future of an internal answer: completes as {@code answer} does (with
+     * {@code value} instead of the answer when not null), while cancelling or completing it
+     * touches nothing of the client's (the batch, repeats waiting for this call).
+     */
+    private static CompletableFuture<Boolean> follow(CompletableFuture<Boolean> answer, Boolean value) {
+        CompletableFuture<Boolean> f = new CompletableFuture<>();
+        answer.whenComplete((x, e) -> {
+            if (e != null) {
+                f.completeExceptionally(e);
+            } else {
+                f.complete(value != null ? value : x);
+            }
+        });
+        return f;
     }
 
     /** A record id as sent (null = none), checked against the server's 128-byte limit. */
@@ -364,8 +402,8 @@ public final class SolusClient implements AutoCloseable {
     private void dispatch() {
         while (!ready.isEmpty() && inFlight.tryAcquire()) {
             Batch b = ready.pollFirst();
-            if (b == null) {
-                inFlight.release();
+            if (b == null || !live.contains(b)) {
+                inFlight.release(); // nothing, or a batch close already failed
                 continue;
             }
             send(b);
@@ -411,7 +449,9 @@ public final class SolusClient implements AutoCloseable {
         public void onError(Throwable t) {
             inFlight.release();
             Status st = Status.fromThrowable(t);
-            if (RETRYABLE.contains(st.getCode()) && batch.attempts < cfg.maxAttempts && !timer.isShutdown()) {
+            if (terminated) {
+                batch.fail(closedError(batch.op, batch.attempts)); // the channel's shutdown, not the server's answer
+            } else if (RETRYABLE.contains(st.getCode()) && batch.attempts < cfg.maxAttempts) {
                 if (st.getCode() == Status.Code.UNAVAILABLE) {
                     // Reconnect at once when the retry comes instead of after gRPC's own backoff.
                     managed.resetConnectBackoff();
@@ -423,7 +463,7 @@ public final class SolusClient implements AutoCloseable {
                         dispatch();
                     }, delay, TimeUnit.MILLISECONDS);
                 } catch (RuntimeException rejected) {
-                    batch.fail(new SolusException(batch.op.rpc, st, batch.attempts));
+                    batch.fail(closedError(batch.op, batch.attempts)); // the timer stops only in close
                 }
             } else {
                 batch.fail(new SolusException(batch.op.rpc, st, batch.attempts));
@@ -493,6 +533,12 @@ public final class SolusClient implements AutoCloseable {
 
         synchronized List<Batch> offer(Rec rec) {
             List<Batch> out = new ArrayList<>(1);
+            if (terminated) {
+                // Checked under the lock close's flush takes: nothing is queued after that flush.
+                pendingRecords.release();
+                rec.answer.completeExceptionally(closedError(key.op, 0));
+                return out;
+            }
             long size = rec.entity.size() + (rec.recordId == null ? 0 : rec.recordId.size()) + 8L;
             if (!recs.isEmpty() && bytes + size > cfg.maxBatchBytes) {
                 out.add(takeLocked());
@@ -582,21 +628,24 @@ public final class SolusClient implements AutoCloseable {
             live.add(this);
         }
 
+        // Slots are given back before any future completes: a callback that calls the client
+        // again finds the slots of the batch that called it back free (no deadlock with few slots).
+
         void complete(List<Boolean> answers) {
             if (live.remove(this)) {
+                pendingRecords.release(futures.size());
                 for (int i = 0; i < futures.size(); i++) {
                     futures.get(i).complete(answers.get(i));
                 }
-                pendingRecords.release(futures.size());
             }
         }
 
         void fail(Throwable t) {
             if (live.remove(this)) {
+                pendingRecords.release(futures.size());
                 for (CompletableFuture<Boolean> f : futures) {
                     f.completeExceptionally(t);
                 }
-                pendingRecords.release(futures.size());
             }
         }
     }
