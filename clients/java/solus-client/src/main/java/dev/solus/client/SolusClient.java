@@ -27,7 +27,6 @@ import java.security.SecureRandom;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collections;
-import java.util.EnumSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
@@ -66,12 +65,16 @@ import solus.v1.DeduperServiceGrpc;
  * {@code maxPendingRecords} entities may wait for their answer, beyond which calls block
  * (backpressure) until answers come back.
  *
- * <p>A request failing with a retryable status ({@code UNAVAILABLE}, {@code RESOURCE_EXHAUSTED},
- * {@code DEADLINE_EXCEEDED}, {@code CANCELLED}) is retried with exponential backoff and jitter,
- * up to {@code maxAttempts} attempts; {@code Add} and {@code AddIfAbsent} are retried with the
- * same {@code request_id}, so the server answers a retry with what the first attempt computed: a
- * retry never turns a new entity into a duplicate. Once the budget is spent, or on any other
- * status, every future of the request fails with a {@link SolusException}.
+ * <p>A request is retried only when a retry can help: when the server attached
+ * {@code google.rpc.RetryInfo} to its refusal (the concurrency limit, storage unavailable, a
+ * draining server; the next attempt waits at least its {@code retry_delay}), or on
+ * {@code UNAVAILABLE} or {@code DEADLINE_EXCEEDED} without status details (no server answered, or
+ * the attempt's deadline passed). Waits grow exponentially with jitter, up to {@code maxAttempts}
+ * attempts; {@code Add} and {@code AddIfAbsent} are retried with the same {@code request_id}, so
+ * the server answers a retry with what the first attempt computed: a retry never turns a new
+ * entity into a duplicate. Once the budget is spent, or at once on any other failure (the memory
+ * budget, a bad request, a missing deduper, ...), every future of the request fails with a
+ * {@link SolusException}.
  *
  * <p>Answers of {@code addIfAbsent} follow call order: a repeat of an entity whose
  * {@code addIfAbsent} is still unanswered is not sent again but answered "present" once the first
@@ -90,9 +93,6 @@ public final class SolusClient implements AutoCloseable {
     /** The default gRPC port of {@code solus serve}. */
     public static final int DEFAULT_PORT = 50051;
 
-    private static final Set<Status.Code> RETRYABLE = EnumSet.of(
-            Status.Code.UNAVAILABLE, Status.Code.RESOURCE_EXHAUSTED,
-            Status.Code.DEADLINE_EXCEEDED, Status.Code.CANCELLED);
     private static final Metadata.Key<String> AUTHORIZATION =
             Metadata.Key.of("authorization", Metadata.ASCII_STRING_MARSHALLER);
     private static final SecureRandom RANDOM = new SecureRandom();
@@ -389,7 +389,13 @@ public final class SolusClient implements AutoCloseable {
 
     private void offer(Key key, Rec rec) {
         Pending p = pending.computeIfAbsent(key, Pending::new);
-        for (Batch b : p.offer(rec)) {
+        List<Batch> sealed = p.offer(rec);
+        if (sealed == null) {
+            pendingRecords.release();
+            rec.answer.completeExceptionally(closedError(key.op, 0));
+            return;
+        }
+        for (Batch b : sealed) {
             enqueue(b);
         }
     }
@@ -449,14 +455,15 @@ public final class SolusClient implements AutoCloseable {
         public void onError(Throwable t) {
             inFlight.release();
             Status st = Status.fromThrowable(t);
+            long serverDelay = Retry.serverDelayMillis(t);
             if (terminated) {
                 batch.fail(closedError(batch.op, batch.attempts)); // the channel's shutdown, not the server's answer
-            } else if (RETRYABLE.contains(st.getCode()) && batch.attempts < cfg.maxAttempts) {
+            } else if (serverDelay != Retry.NEVER && batch.attempts < cfg.maxAttempts) {
                 if (st.getCode() == Status.Code.UNAVAILABLE) {
                     // Reconnect at once when the retry comes instead of after gRPC's own backoff.
                     managed.resetConnectBackoff();
                 }
-                long delay = backoffMillis(batch.attempts);
+                long delay = serverDelay + backoffMillis(batch.attempts);
                 try {
                     timer.schedule(() -> {
                         ready.addFirst(batch);
@@ -531,13 +538,12 @@ public final class SolusClient implements AutoCloseable {
             this.key = key;
         }
 
+        /** The batches this record sealed (to send), or null when the client is terminated. */
         synchronized List<Batch> offer(Rec rec) {
             List<Batch> out = new ArrayList<>(1);
             if (terminated) {
                 // Checked under the lock close's flush takes: nothing is queued after that flush.
-                pendingRecords.release();
-                rec.answer.completeExceptionally(closedError(key.op, 0));
-                return out;
+                return null;
             }
             long size = rec.entity.size() + (rec.recordId == null ? 0 : rec.recordId.size()) + 8L;
             if (!recs.isEmpty() && bytes + size > cfg.maxBatchBytes) {
@@ -713,14 +719,15 @@ public final class SolusClient implements AutoCloseable {
                 return call.get();
             } catch (StatusRuntimeException e) {
                 Status st = e.getStatus();
-                if (!RETRYABLE.contains(st.getCode()) || attempt >= cfg.maxAttempts) {
+                long serverDelay = Retry.serverDelayMillis(e);
+                if (serverDelay == Retry.NEVER || attempt >= cfg.maxAttempts) {
                     throw new SolusException(rpc, st, attempt);
                 }
                 if (st.getCode() == Status.Code.UNAVAILABLE) {
                     managed.resetConnectBackoff();
                 }
                 try {
-                    Thread.sleep(backoffMillis(attempt));
+                    Thread.sleep(serverDelay + backoffMillis(attempt));
                 } catch (InterruptedException ie) {
                     Thread.currentThread().interrupt();
                     throw new SolusException(rpc, st, attempt);
