@@ -276,7 +276,12 @@ public final class SolusClient implements AutoCloseable {
         // After `terminated`, an offer fails instead of queueing, so one pass over the pending
         // batches and the live ones reaches everything left (calls waiting for an earlier
         // call fail as that one fails).
-        flush();
+        for (Pending p : pending.values()) {
+            Batch b = p.take();
+            if (b != null) {
+                b.fail(closedError(b.op, 0)); // never sent
+            }
+        }
         for (Batch b : live) {
             b.fail(closedError(b.op, b.attempts));
         }
