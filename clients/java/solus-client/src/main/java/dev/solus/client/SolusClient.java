@@ -1,27 +1,15 @@
 package dev.solus.client;
 
 import com.google.protobuf.ByteString;
-import io.grpc.CallOptions;
 import io.grpc.Channel;
-import io.grpc.ChannelCredentials;
-import io.grpc.ClientCall;
 import io.grpc.ClientInterceptor;
 import io.grpc.ClientInterceptors;
-import io.grpc.ForwardingClientCall;
-import io.grpc.Grpc;
-import io.grpc.InsecureChannelCredentials;
 import io.grpc.ManagedChannel;
-import io.grpc.ManagedChannelBuilder;
-import io.grpc.Metadata;
-import io.grpc.MethodDescriptor;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
-import io.grpc.TlsChannelCredentials;
 import io.grpc.stub.StreamObserver;
-import java.io.File;
 import java.io.IOException;
 import java.io.Serializable;
-import java.io.UncheckedIOException;
 import java.nio.charset.StandardCharsets;
 import java.security.SecureRandom;
 import java.time.Duration;
@@ -93,8 +81,6 @@ public final class SolusClient implements AutoCloseable {
     /** The default gRPC port of {@code solus serve}. */
     public static final int DEFAULT_PORT = 50051;
 
-    private static final Metadata.Key<String> AUTHORIZATION =
-            Metadata.Key.of("authorization", Metadata.ASCII_STRING_MARSHALLER);
     private static final SecureRandom RANDOM = new SecureRandom();
     /** The server's limit on one record id, in bytes. */
     static final int MAX_RECORD_ID_BYTES = 128;
@@ -121,7 +107,7 @@ public final class SolusClient implements AutoCloseable {
         this.cfg = b.copy();
         ManagedChannel ch = b.channel;
         if (ch == null) {
-            ch = openChannel(b);
+            ch = Channels.open(b.address, b.caCertFile, b.clientCertFile, b.clientKeyFile, b.tlsAuthority);
             this.ownedChannel = ch;
         } else {
             this.ownedChannel = null;
@@ -129,7 +115,7 @@ public final class SolusClient implements AutoCloseable {
         this.managed = ch;
         List<ClientInterceptor> interceptors = new ArrayList<>(b.interceptors);
         if (b.bearerToken != null) {
-            interceptors.add(bearer(b.bearerToken));
+            interceptors.add(Channels.bearer(b.bearerToken));
         }
         Channel intercepted = ClientInterceptors.intercept(ch, interceptors);
         this.data = DeduperServiceGrpc.newStub(intercepted);
@@ -739,103 +725,6 @@ public final class SolusClient implements AutoCloseable {
                 }
             }
         }
-    }
-
-    // ---------------------------------------------------------------- channel
-
-    private static ManagedChannel openChannel(Builder b) {
-        String addr = b.address;
-        boolean tls = b.caCertFile != null || b.clientCertFile != null;
-        if (addr.startsWith("https://")) {
-            tls = true;
-            addr = addr.substring("https://".length());
-        } else if (addr.startsWith("http://")) {
-            if (tls) {
-                throw new IllegalArgumentException("address " + b.address
-                        + " says plaintext (http://) but a CA or client certificate was given: use https:// or host:port");
-            }
-            addr = addr.substring("http://".length());
-        }
-        if (addr.endsWith("/")) {
-            addr = addr.substring(0, addr.length() - 1);
-        }
-        HostPort hp = HostPort.parse(addr, b.address);
-        ChannelCredentials creds;
-        if (tls) {
-            TlsChannelCredentials.Builder t = TlsChannelCredentials.newBuilder();
-            try {
-                if (b.caCertFile != null) {
-                    t.trustManager(new File(b.caCertFile));
-                }
-                if (b.clientCertFile != null) {
-                    t.keyManager(new File(b.clientCertFile), new File(b.clientKeyFile));
-                }
-            } catch (IOException e) {
-                throw new UncheckedIOException("reading the TLS files (caCertificate " + b.caCertFile
-                        + ", clientCertificate " + b.clientCertFile + ", clientKey " + b.clientKeyFile + ")", e);
-            }
-            creds = t.build();
-        } else {
-            creds = InsecureChannelCredentials.create();
-        }
-        ManagedChannelBuilder<?> mb = Grpc.newChannelBuilderForAddress(hp.host, hp.port, creds)
-                .maxInboundMessageSize(16 * 1024 * 1024);
-        if (b.tlsAuthority != null) {
-            mb.overrideAuthority(b.tlsAuthority);
-        }
-        return mb.build();
-    }
-
-    private record HostPort(String host, int port) {
-        static HostPort parse(String s, String original) {
-            String host = s;
-            int port = DEFAULT_PORT;
-            int colon = s.lastIndexOf(':');
-            if (s.startsWith("[")) {
-                int close = s.indexOf(']');
-                if (close < 0) {
-                    throw new IllegalArgumentException("address " + original + ": missing ] after an IPv6 host");
-                }
-                host = s.substring(1, close);
-                colon = s.indexOf(':', close);
-            } else if (colon >= 0 && s.indexOf(':') != colon) {
-                throw new IllegalArgumentException("address " + original
-                        + ": put an IPv6 host in brackets, e.g. [::1]:50051");
-            }
-            if (colon >= 0) {
-                if (!s.startsWith("[")) {
-                    host = s.substring(0, colon);
-                }
-                try {
-                    port = Integer.parseInt(s.substring(colon + 1));
-                } catch (NumberFormatException e) {
-                    throw new IllegalArgumentException("address " + original + ": the port is not a number");
-                }
-                if (port < 1 || port > 65535) {
-                    throw new IllegalArgumentException("address " + original + ": the port is outside 1-65535");
-                }
-            }
-            if (host.isEmpty()) {
-                throw new IllegalArgumentException("address " + original + ": the host is empty");
-            }
-            return new HostPort(host, port);
-        }
-    }
-
-    private static ClientInterceptor bearer(String token) {
-        String value = "Bearer " + token;
-        return new ClientInterceptor() {
-            @Override
-            public <Q, R> ClientCall<Q, R> interceptCall(MethodDescriptor<Q, R> method, CallOptions options, Channel next) {
-                return new ForwardingClientCall.SimpleForwardingClientCall<>(next.newCall(method, options)) {
-                    @Override
-                    public void start(Listener<R> listener, Metadata headers) {
-                        headers.put(AUTHORIZATION, value);
-                        super.start(listener, headers);
-                    }
-                };
-            }
-        };
     }
 
     // ---------------------------------------------------------------- builder
