@@ -326,7 +326,8 @@ public final class SolusClient implements AutoCloseable {
         Key key = new Key(op, deduper, ttlMs);
         Rec rec = new Rec(ByteString.copyFrom(entity), rid, new CompletableFuture<>());
         if (op == Op.ADD_IF_ABSENT) {
-            Unanswered.Decision d = unanswered.register(deduper, ttlMs, rec.entity, rid, rec.answer);
+            Unanswered.Decision d = unanswered.register(deduper, ttlMs, rec.entity, rid, rec.answer,
+                    () -> offer(key, rec));
             switch (d.action()) {
                 case SHARE -> {
                     pendingRecords.release();
@@ -337,8 +338,7 @@ public final class SolusClient implements AutoCloseable {
                     return follow(d.earlier(), Boolean.FALSE);
                 }
                 case SEND_AFTER -> {
-                    // Keeps its slot while it waits; sent whatever the earlier call's outcome.
-                    d.earlier().whenComplete((x, e) -> offer(key, rec));
+                    // Keeps its slot while it waits; sent (by the registry) whatever the earlier calls' outcome.
                     return follow(rec.answer, null);
                 }
                 case SEND -> {

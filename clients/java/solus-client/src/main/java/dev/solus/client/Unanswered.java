@@ -1,10 +1,11 @@
 package dev.solus.client;
 
 import com.google.protobuf.ByteString;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
-import java.util.Objects;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.ConcurrentHashMap;
 
 /**
  * The {@code AddIfAbsent} calls of one client not answered yet, by (deduper, TTL, entity), and
@@ -15,81 +16,129 @@ import java.util.concurrent.ConcurrentHashMap;
  * record id is the same record (a replay), another one is another record, and a record never
  * takes over the answer of another record whose answer could differ from its own (a replayed new
  * record would be dropped).
+ *
+ * <p>Calls of one entity with other record ids go out in groups: every such call made while the
+ * calls sent before are unanswered waits, and once those are all answered the whole group is sent
+ * at once, in call order (so mostly in one request, where the server takes them in order). A hot
+ * entity thus costs one round trip per group, not one per record.
  */
 final class Unanswered {
-    /** What a new call does about an unanswered earlier call of its entity. */
+    /** What a new call does about unanswered earlier calls of its entity. */
     enum Action {
-        /** No earlier call: send this one. */
+        /** No earlier call: send this one now. */
         SEND,
         /**
-         * The same record id as the earlier call: the same record, so not sent again; it gets the
-         * earlier call's answer (or failure). The server would answer a replay the same.
+         * The same record id as the latest earlier call: the same record, so not sent again; it
+         * gets that call's answer (or failure). The server would answer a replay the same.
          */
         SHARE,
         /**
-         * No record id: not sent; answered "present" once the earlier call is answered (the
-         * earlier call adds the entity), or failed with its error. Without an id there is no
+         * No record id: not sent; answered "present" once the latest earlier call is answered
+         * (the earlier calls add the entity), or failed with its error. Without an id there is no
          * replay memory that could make the server answer "absent".
          */
         PRESENT_AFTER,
         /**
-         * Another record id than the earlier call's: another record, sent once the earlier call
-         * is answered (or failed), so the server sees the two in call order. Not answered
-         * "present" blindly: if it is a replay of a record answered "absent" before, the server
-         * answers it "absent" again.
+         * Another record id: another record, sent (by the registry, through the given
+         * {@code send}) once every call of the entity sent before is answered or failed, so the
+         * server sees them in call order. Not answered "present" blindly: if it is a replay of a
+         * record answered "absent" before, the server answers it "absent" again.
          */
         SEND_AFTER
     }
 
-    /** A decision: the action and the earlier call's answer it depends on (null for SEND). */
+    /** A decision: the action and, for SHARE and PRESENT_AFTER, the answer it follows. */
     record Decision(Action action, CompletableFuture<Boolean> earlier) {
     }
 
     private record Key(String deduper, long ttlMs, ByteString entity) {
     }
 
-    /** An unanswered call: its record id (null = none) and its answer. */
-    private record Call(ByteString recordId, CompletableFuture<Boolean> answer) {
+    /** The unanswered calls of one entity. */
+    private static final class Entity {
+        /** Record id (null = none) and answer of the latest call registered to be sent. */
+        ByteString lastId;
+        CompletableFuture<Boolean> last;
+        /** Completes once every call sent so far is answered: the next group waits for it. */
+        CompletableFuture<?> sent;
+        /** The next group: calls waiting for {@link #sent}, in call order; null when none. */
+        List<Waiting> next;
+        /** Calls registered (sent or waiting) and not answered yet. */
+        int open;
     }
 
-    private final Map<Key, Call> calls = new ConcurrentHashMap<>();
+    /** A call waiting for its turn: how to send it, and its answer. */
+    private record Waiting(Runnable send, CompletableFuture<Boolean> answer) {
+    }
+
+    private final Map<Key, Entity> entities = new HashMap<>();
 
     /**
      * Registers a new call of {@code entity} whose answer is {@code answer}, unless an earlier
-     * unanswered call makes it unnecessary to send, and tells what to do. A registered call
-     * leaves the registry when {@code answer} completes. {@code recordId} null = none.
+     * unanswered call makes sending it unnecessary, and tells what to do. For
+     * {@link Action#SEND_AFTER} the registry runs {@code send} itself when the call's turn comes
+     * (on the thread answering the last earlier call). {@code recordId} null = none.
      */
     Decision register(String deduper, long ttlMs, ByteString entity, ByteString recordId,
-            CompletableFuture<Boolean> answer) {
+            CompletableFuture<Boolean> answer, Runnable send) {
         Key key = new Key(deduper, ttlMs, entity);
-        Call call = new Call(recordId, answer);
-        Decision[] out = new Decision[1];
-        calls.compute(key, (k, earlier) -> {
-            if (earlier == null) {
-                out[0] = new Decision(Action.SEND, null);
-                return call;
+        CompletableFuture<?> waitFor = null;
+        Decision d;
+        synchronized (this) {
+            Entity e = entities.get(key);
+            if (e == null) {
+                e = new Entity();
+                entities.put(key, e);
+                e.sent = answer;
+                d = new Decision(Action.SEND, null);
+            } else if (recordId == null) {
+                return new Decision(Action.PRESENT_AFTER, e.last);
+            } else if (recordId.equals(e.lastId)) {
+                return new Decision(Action.SHARE, e.last);
+            } else {
+                if (e.next == null) {
+                    e.next = new ArrayList<>();
+                    waitFor = e.sent;
+                }
+                e.next.add(new Waiting(send, answer));
+                d = new Decision(Action.SEND_AFTER, null);
             }
-            if (recordId == null) {
-                out[0] = new Decision(Action.PRESENT_AFTER, earlier.answer);
-                return earlier;
-            }
-            if (Objects.equals(recordId, earlier.recordId)) {
-                out[0] = new Decision(Action.SHARE, earlier.answer);
-                return earlier;
-            }
-            // The latest call is the one the next repeat waits for: calls go out in call order.
-            out[0] = new Decision(Action.SEND_AFTER, earlier.answer);
-            return call;
-        });
-        Action a = out[0].action();
-        if (a == Action.SEND || a == Action.SEND_AFTER) {
-            answer.whenComplete((x, e) -> calls.remove(key, call));
+            e.lastId = recordId;
+            e.last = answer;
+            e.open++;
         }
-        return out[0];
+        answer.whenComplete((x, err) -> answered(key));
+        if (waitFor != null) {
+            // Outside the lock: an already answered group releases the next one right here.
+            waitFor.whenComplete((x, err) -> release(key));
+        }
+        return d;
     }
 
-    /** How many calls are registered (tests: nothing is left behind). */
-    int size() {
-        return calls.size();
+    /** Sends the waiting group of {@code key}; the group after it waits for this one's answers. */
+    private void release(Key key) {
+        List<Waiting> group;
+        synchronized (this) {
+            Entity e = entities.get(key);
+            group = e.next;
+            e.next = null;
+            // Set before any send: a send may complete (and fail) at once, e.g. after close.
+            e.sent = CompletableFuture.allOf(group.stream().map(Waiting::answer).toArray(CompletableFuture[]::new));
+        }
+        for (Waiting w : group) {
+            w.send().run();
+        }
+    }
+
+    private synchronized void answered(Key key) {
+        Entity e = entities.get(key);
+        if (--e.open == 0) {
+            entities.remove(key);
+        }
+    }
+
+    /** How many entities have unanswered calls (tests: nothing is left behind). */
+    synchronized int size() {
+        return entities.size();
     }
 }

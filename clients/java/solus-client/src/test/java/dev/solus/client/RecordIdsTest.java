@@ -106,4 +106,24 @@ class RecordIdsTest {
             assertEquals(List.of(ByteString.copyFromUtf8("src/0/2")), sent.get(1).getRecordIdsList());
         }
     }
+
+    @Test
+    void aHotEntityWithManyRecordIdsCostsAFewRequestsNotOneEach() {
+        // 1,000 records of one entity (a popular id), each with its own record id, made at once:
+        // they must not go out one request (one round trip) after another.
+        CaptureRequests capture = new CaptureRequests();
+        try (SolusClient c = client().intercept(capture).build()) {
+            String d = deduper(c);
+            List<CompletableFuture<Boolean>> fs = new java.util.ArrayList<>();
+            for (int i = 0; i < 1000; i++) {
+                fs.add(c.addIfAbsent(d, b("hot"), b("src/0/" + i)));
+            }
+            assertTrue(fs.get(0).join(), "the first record is new");
+            for (int i = 1; i < 1000; i++) {
+                assertFalse(fs.get(i).join(), "record " + i + " repeats it");
+            }
+            int requests = capture.of(AddIfAbsentRequest.class).size();
+            assertTrue(requests <= 4, requests + " requests for 1,000 records of one entity");
+        }
+    }
 }
