@@ -108,6 +108,36 @@ class RecordIdsTest {
     }
 
     @Test
+    void aReplayedRecordIsAnsweredNewAgain() {
+        try (SolusClient c = client().build()) {
+            String d = deduper(c);
+            assertTrue(c.addIfAbsent(d, b("X"), b("src/0/1")).join(), "first occurrence");
+            assertTrue(c.addIfAbsent(d, b("X"), b("src/0/1")).join(), "its replay: new again");
+            assertFalse(c.addIfAbsent(d, b("X"), b("src/0/2")).join(), "another record of X: present");
+            assertFalse(c.addIfAbsent(d, b("X")).join(), "no record id: present");
+            assertTrue(c.checkAbsence(d, b("X"), b("src/0/1")).join(), "the record that was new checks absent");
+            assertFalse(c.checkAbsence(d, b("X"), b("src/0/2")).join());
+            assertFalse(c.checkAbsence(d, b("X")).join());
+        }
+    }
+
+    @Test
+    void aReplayBehindAnUnansweredOtherRecordOfItsEntityIsNotDropped() {
+        String d;
+        try (SolusClient first = client().build()) {
+            d = deduper(first);
+            assertTrue(first.addIfAbsent(d, b("X"), b("src/0/1")).join(), "answered new, then the task died");
+        }
+        // The next owner: a later record of X is still unanswered when the replay of src/0/1 comes.
+        try (SolusClient next = client().linger(Duration.ofMillis(100)).build()) {
+            CompletableFuture<Boolean> later = next.addIfAbsent(d, b("X"), b("src/0/2"));
+            CompletableFuture<Boolean> replay = next.addIfAbsent(d, b("X"), b("src/0/1"));
+            assertFalse(later.join(), "src/0/2 is a duplicate of X");
+            assertTrue(replay.join(), "the replay of the new record src/0/1 must come out again, not read present");
+        }
+    }
+
+    @Test
     void aHotEntityWithManyRecordIdsCostsAFewRequestsNotOneEach() {
         // 1,000 records of one entity (a popular id), each with its own record id, made at once:
         // they must not go out one request (one round trip) after another.
