@@ -3,6 +3,7 @@ package dev.solus.client;
 import com.google.protobuf.Any;
 import com.google.protobuf.InvalidProtocolBufferException;
 import com.google.rpc.RetryInfo;
+import io.grpc.Metadata;
 import io.grpc.Status;
 import io.grpc.protobuf.StatusProto;
 
@@ -11,14 +12,17 @@ import io.grpc.protobuf.StatusProto;
  * {@code google.rpc.RetryInfo} (in the {@code grpc-status-details-bin} trailer) to refusals that
  * pass by themselves (the concurrency limit, storage unavailable, a draining server) and nothing
  * to those a retry cannot fix (the memory or record-id budget, a bad request, a missing or
- * inactive deduper). Without any status details, {@code UNAVAILABLE} (no server answered: the
- * connection failed) and {@code DEADLINE_EXCEEDED} (the attempt's own deadline) are retried too.
+ * inactive deduper). Without a status-details trailer, {@code UNAVAILABLE} (no server answered:
+ * the connection failed) and {@code DEADLINE_EXCEEDED} (the attempt's own deadline) are retried
+ * too.
  */
 final class Retry {
     /** Returned by {@link #serverDelayMillis} for a failure that must not be retried. */
     static final long NEVER = -1;
     /** A server's retry_delay above this is taken as this (a day): no overflow, no absurd waits. */
     private static final long MAX_SERVER_DELAY_MS = 86_400_000L;
+    private static final Metadata.Key<byte[]> STATUS_DETAILS =
+            Metadata.Key.of("grpc-status-details-bin", Metadata.BINARY_BYTE_MARSHALLER);
 
     private Retry() {
     }
@@ -36,9 +40,13 @@ final class Retry {
                 }
             }
         }
+        // No status-details trailer at all: no server answered (a trailer, even with no details
+        // in it, is a server's answer that chose not to say "retry"). StatusProto makes up a
+        // Status when there is no trailer, so the trailer itself is looked at.
+        Metadata trailers = Status.trailersFromThrowable(failure);
+        boolean answered = trailers != null && trailers.containsKey(STATUS_DETAILS);
         Status.Code code = Status.fromThrowable(failure).getCode();
-        boolean noDetails = details == null || details.getDetailsCount() == 0;
-        if (noDetails && (code == Status.Code.UNAVAILABLE || code == Status.Code.DEADLINE_EXCEEDED)) {
+        if (!answered && (code == Status.Code.UNAVAILABLE || code == Status.Code.DEADLINE_EXCEEDED)) {
             return 0;
         }
         return NEVER;

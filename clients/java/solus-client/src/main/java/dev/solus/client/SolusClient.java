@@ -56,7 +56,7 @@ import solus.v1.DeduperServiceGrpc;
  * <p>A request is retried only when a retry can help: when the server attached
  * {@code google.rpc.RetryInfo} to its refusal (the concurrency limit, storage unavailable, a
  * draining server; the next attempt waits at least its {@code retry_delay}), or on
- * {@code UNAVAILABLE} or {@code DEADLINE_EXCEEDED} without status details (no server answered, or
+ * {@code UNAVAILABLE} or {@code DEADLINE_EXCEEDED} without a status-details trailer (no server answered, or
  * the attempt's deadline passed). Waits grow exponentially with jitter, up to {@code maxAttempts}
  * attempts; {@code Add} and {@code AddIfAbsent} are retried with the same {@code request_id}, so
  * the server answers a retry with what the first attempt computed: a retry never turns a new

@@ -48,6 +48,8 @@ class RetryTest {
         // The server answered and said nothing about retrying: not retried.
         Any info = Any.pack(ErrorInfo.newBuilder().setReason("DRAINED").build());
         assertEquals(Retry.NEVER, Retry.serverDelayMillis(withDetails(Status.Code.UNAVAILABLE, info)));
+        assertEquals(Retry.NEVER, Retry.serverDelayMillis(withDetails(Status.Code.UNAVAILABLE)), "a details trailer with no details");
+        assertEquals(Retry.NEVER, Retry.serverDelayMillis(withDetails(Status.Code.DEADLINE_EXCEEDED)));
     }
 
     @Test
