@@ -70,8 +70,15 @@ import solus.v1.DeduperServiceGrpc;
  * with one entity through one client, the first one made is the one answered new. Across clients
  * and processes, the server's order decides. With record ids
  * ({@link #addIfAbsent(String, byte[], byte[])}) a repeat with the same record id is the same
- * record and gets the first call's answer; one with another record id is sent after the first is
- * answered, so that a replayed record is answered as its first occurrence was.
+ * record and gets the first call's answer; those with other record ids are sent, together, once
+ * the calls before are answered, so that a replayed record is answered as its first occurrence
+ * was.
+ *
+ * <p>Futures: cancelling one affects only it (the record is still sent; its batch and the repeats
+ * waiting for it complete as usual). A batch gives its {@code maxPendingRecords} slots back before
+ * completing its futures, so a callback may call this client again without deadlocking; a callback
+ * that throws affects only its own dependent future. {@link #close(Duration)} completes every
+ * outstanding future, with its answer or a {@link SolusException}.
  *
  * <p>Thread-safe; one instance per process is enough. Futures complete on gRPC's threads: keep
  * callbacks short or move work elsewhere with the {@code *Async} methods of
@@ -164,12 +171,18 @@ public final class SolusClient implements AutoCloseable {
      *
      * <p>Through one client, a call of an entity whose earlier {@code addIfAbsent} is still
      * unanswered gets, with the same record id, the earlier call's answer (it is the same record,
-     * not sent twice); with another record id it is sent once the earlier call is answered, so
-     * the server sees them in call order and answers a replayed record as its first occurrence;
-     * without a record id it is answered {@code false} once the earlier call is answered.
+     * not sent twice); with another record id it is sent once the earlier calls are answered
+     * (with the other calls that waited meanwhile, mostly in one request), so the server sees
+     * them in call order and answers a replayed record as its first occurrence; without a record
+     * id it is answered {@code false} once the earlier call is answered.
+     *
+     * <p>The future fails with a {@link SolusException} as for the plain call, and with
+     * {@code RESOURCE_EXHAUSTED} (not retried) when the server cannot remember more record ids
+     * ({@code storage.embedded.max_record_memory_mib}).
      *
      * @param recordId 0 to 128 bytes; {@code null} or empty = no record id (the call then
-     *     behaves as {@link #addIfAbsent(String, byte[])})
+     *     behaves as {@link #addIfAbsent(String, byte[])}; write {@code (byte[]) null}, as a bare
+     *     {@code null} also fits the {@code Duration} overload)
      * @throws IllegalArgumentException when {@code recordId} is longer than 128 bytes
      */
     public CompletableFuture<Boolean> addIfAbsent(String deduper, byte[] entity, byte[] recordId) {
