@@ -89,3 +89,25 @@ def test_asyncio_repeats_of_an_unanswered_record(server, deduper_name):
                                        c.add_if_absent(deduper_name, "e", record_id="r2"))
             assert got == [True, True, False, False]
     asyncio.run(main())
+
+
+def test_a_replayed_record_is_not_dropped_behind_an_unanswered_repeat(server, deduper_name):
+    # r2 was answered new once; later a repeat r1 of its entity is in flight when r2 is replayed
+    # (a task retry). Answering r2 from r1 would drop a new record: it is sent, and the server
+    # answers it as the first time.
+    with SolusClient(server.address, client_id=CLIENT, linger_ms=5) as c:
+        c.create_deduper(deduper_name, 100_000, 0.01, 3600)
+        assert c.add_if_absent(deduper_name, "e", record_id="r2").result(10) is True
+        later, replay = c.add_if_absent(deduper_name, "e", record_id="r1"), c.add_if_absent(deduper_name, "e",
+                                                                                              record_id="r2")
+        assert [later.result(10), replay.result(10)] == [False, True]
+        # A CheckAbsence of the replayed record says what its AddIfAbsent said the first time.
+        check = c.check_absence(deduper_name, "e", record_id="r2")
+        assert [check.result(10), c.check_absence(deduper_name, "e").result(10)] == [True, False]
+
+    async def main():
+        async with AsyncSolusClient(server.address, client_id=CLIENT, linger_ms=5) as c:
+            assert await c.add_if_absent(deduper_name, "f", record_id="r2") is True
+            return await asyncio.gather(c.add_if_absent(deduper_name, "f", record_id="r1"),
+                                        c.add_if_absent(deduper_name, "f", record_id="r2"))
+    assert asyncio.run(main()) == [False, True]

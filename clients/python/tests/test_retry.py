@@ -138,3 +138,22 @@ def test_a_budget_refused_create_fails_after_one_attempt(server_with):
     err = asyncio.run(main())
     assert (err.code, err.attempts) == (grpc.StatusCode.RESOURCE_EXHAUSTED, 1)
     assert s.requests("CreateDeduper", "RESOURCE_EXHAUSTED") == 2
+
+
+def test_a_transient_refusal_is_retried_until_all_succeed(server_with):
+    # limits.max_concurrent_requests = 1 against 8 requests in flight: the server refuses with
+    # RESOURCE_EXHAUSTED carrying RetryInfo, and every refused batch is retried.
+    s = server_with({"SOLUS__LIMITS__MAX_CONCURRENT_REQUESTS": "1"})
+    keys = [f"busy-{i}" for i in range(2000)]
+    with SolusClient(s.address, client_id=CLIENT, max_batch=20, max_in_flight=8, max_pending_records=2000,
+                     initial_backoff_ms=5, max_backoff_ms=50, max_attempts=100) as c:
+        c.create_deduper("busy", 100_000, 0.01, 3600)
+        assert c.add_if_absent_many("busy", keys) == [True] * 2000
+
+    async def main():
+        async with AsyncSolusClient(s.address, client_id=CLIENT, max_batch=20, max_in_flight=8,
+                                    max_pending_records=2000, initial_backoff_ms=5, max_backoff_ms=50,
+                                    max_attempts=100) as c:
+            return await c.add_if_absent_many("busy", keys + [f"busy-aio-{i}" for i in range(1000)])
+    assert asyncio.run(main()) == [False] * 2000 + [True] * 1000
+    assert s.requests("AddIfAbsent", "RESOURCE_EXHAUSTED") > 0  # refusals happened, and were retried
