@@ -107,7 +107,7 @@ def test_close_with_a_timeout_completes_every_future_when_the_server_is_paused(o
         c.close(timeout_s=1)
         took = time.monotonic() - start
         assert [f.done() for f in fs] == [True] * 45
-        assert took < 2.5
+        assert took < 2.0
         assert all(isinstance(f.exception(), ClientClosedError) for f in fs)
         with pytest.raises(ClientClosedError):
             c.add_if_absent("paused", "after-close")
@@ -126,7 +126,7 @@ def test_asyncio_close_with_a_timeout_ends_every_call_when_the_server_is_paused(
             took = time.monotonic() - start
             await asyncio.sleep(0)  # the calls' tasks see their records' outcome
             assert [t.done() for t in calls] == [True] * 45
-            assert took < 2.5
+            assert took < 2.0
             assert all(isinstance(t.exception(), ClientClosedError) for t in calls)
     asyncio.run(main())
 
