@@ -157,3 +157,28 @@ def test_a_transient_refusal_is_retried_until_all_succeed(server_with):
             return await c.add_if_absent_many("busy", keys + [f"busy-aio-{i}" for i in range(1000)])
     assert asyncio.run(main()) == [False] * 2000 + [True] * 1000
     assert s.requests("AddIfAbsent", "RESOURCE_EXHAUSTED") > 0  # refusals happened, and were retried
+
+
+def test_a_budget_refused_add_fails_after_one_attempt(server_with):
+    # The record-id budget (storage.embedded.max_record_memory_mib = 0: no room for any) refuses
+    # an AddIfAbsent with a new record id: final, not retried.
+    s = server_with({"SOLUS__STORAGE__EMBEDDED__MAX_RECORD_MEMORY_MIB": "0"})
+    with SolusClient(s.address, client_id=CLIENT, linger_ms=1) as c:
+        c.create_deduper("records", 100_000, 0.01, 3600)
+        start = time.monotonic()
+        with pytest.raises(SolusError) as e:
+            c.add_if_absent("records", "e", record_id="topic/0/1").result(10)
+        took = time.monotonic() - start
+        assert c.add_if_absent("records", "no-record-id").result(10) is True  # the budget is for record ids only
+    assert (e.value.code, e.value.attempts) == (grpc.StatusCode.RESOURCE_EXHAUSTED, 1)
+    assert "max_record_memory_mib" in e.value.details
+    assert took < 1.0
+
+    async def main():
+        async with AsyncSolusClient(s.address, client_id=CLIENT, linger_ms=1) as c:
+            with pytest.raises(SolusError) as e:
+                await c.add_if_absent("records", "f", record_id="topic/0/2")
+            return e.value
+    err = asyncio.run(main())
+    assert (err.code, err.attempts) == (grpc.StatusCode.RESOURCE_EXHAUSTED, 1)
+    assert s.requests("AddIfAbsent", "RESOURCE_EXHAUSTED") == 2
