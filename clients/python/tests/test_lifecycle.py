@@ -4,6 +4,7 @@ when it does not finish in time."""
 import asyncio
 import threading
 import time
+from concurrent.futures import Future
 
 import pytest
 
@@ -93,6 +94,25 @@ def test_a_completion_callback_may_call_the_client_again(server, deduper_name):
             c.flush()
             return answers, [f.result() for f in chained]
         assert within(15, run) == ([True] * 20, [True] * 20)
+
+
+def test_close_from_a_completion_callback_is_refused(server, deduper_name):
+    # It would wait for the answers of the sender thread it runs on (the old client hung).
+    with SolusClient(server.address, client_id=CLIENT, max_in_flight=1, linger_ms=3_600_000) as c:
+        c.create_deduper(deduper_name, 100_000, 0.01, 3600)
+        refused = Future()
+
+        def close_inside(_):
+            try:
+                c.close()
+                refused.set_result("closed")
+            except RuntimeError as e:
+                refused.set_result(str(e))
+        f = c.add_if_absent(deduper_name, "k")
+        f.add_done_callback(close_inside)
+        c.flush()
+        assert "completion callback" in within(10, refused.result)
+        assert c.add_if_absent_many(deduper_name, ["k", "l"]) == [False, True]  # still open
 
 
 def test_close_with_a_timeout_completes_every_future_when_the_server_is_paused(own_server):
