@@ -115,6 +115,17 @@ def test_close_from_a_completion_callback_is_refused(server, deduper_name):
         assert c.add_if_absent_many(deduper_name, ["k", "l"]) == [False, True]  # still open
 
 
+def test_close_without_a_timeout_waits_for_every_answer(server, deduper_name):
+    # The old close() did not wait at all (its slot wait returned at once) and cancelled the
+    # batches still queued for a sender thread: their futures stayed pending forever.
+    c = SolusClient(server.address, client_id=CLIENT, max_batch=10, max_in_flight=1, linger_ms=3_600_000)
+    c.create_deduper(deduper_name, 100_000, 0.01, 3600)
+    fs = [c.add_if_absent(deduper_name, f"closing-{i}") for i in range(55)]
+    c.close()
+    assert [f.done() for f in fs] == [True] * 55
+    assert [f.result() for f in fs] == [True] * 55
+
+
 def test_close_with_a_timeout_completes_every_future_when_the_server_is_paused(own_server):
     # Found as: close(timeout) returned with queued futures pending forever.
     c = SolusClient(own_server.address, client_id=CLIENT, max_batch=10, max_in_flight=2, max_pending_records=100,
