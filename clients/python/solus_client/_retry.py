@@ -2,8 +2,9 @@
 
 Retried: a status carrying ``google.rpc.RetryInfo`` in its ``grpc-status-details-bin`` trailer
 (the server's transient refusals: the concurrency limit, storage unavailable, draining); an
-``UNAVAILABLE`` or ``DEADLINE_EXCEEDED`` with no status details at all (the transport failed, or
-this attempt's deadline passed). Anything else (the memory or record-id budget, bad arguments,
+``UNAVAILABLE``, ``DEADLINE_EXCEEDED`` or ``CANCELLED`` with no status details at all (the
+transport failed, this attempt's deadline passed, or a server shutting down sent its GOAWAY while
+the request was on its way: the server never ran it, see the server README, "Shutdown"). Anything else (the memory or record-id budget, bad arguments,
 ...) fails at once: a retry cannot fix it.
 """
 from __future__ import annotations
@@ -17,7 +18,9 @@ from grpc_status import rpc_status
 from ._errors import SolusError
 
 _DETAILS_KEY = "grpc-status-details-bin"
-_BARE_RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+_BARE_RETRYABLE = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
+)
 
 
 def _code(error) -> grpc.StatusCode:

@@ -87,7 +87,9 @@ def test_retryable_is_what_the_status_says():
     assert retry_delay_s(Refusal(C.UNAVAILABLE, detail=budget)) is None  # the server said: not this one
     assert retry_delay_s(Refusal(C.UNAVAILABLE, bare=True)) == 0.0       # transport failure
     assert retry_delay_s(Refusal(C.DEADLINE_EXCEEDED, bare=True)) == 0.0  # one attempt's deadline
-    for code in (C.INVALID_ARGUMENT, C.CANCELLED, C.NOT_FOUND, C.FAILED_PRECONDITION, C.INTERNAL):
+    assert retry_delay_s(Refusal(C.CANCELLED, bare=True)) == 0.0          # raced a GOAWAY: never run
+    assert retry_delay_s(Refusal(C.CANCELLED, detail=budget)) is None
+    for code in (C.INVALID_ARGUMENT, C.NOT_FOUND, C.FAILED_PRECONDITION, C.INTERNAL):
         assert retry_delay_s(Refusal(code, bare=True)) is None, code
 
 
