@@ -13,7 +13,8 @@ import io.grpc.protobuf.StatusProto;
  * pass by themselves (the concurrency limit, storage unavailable, a draining server) and nothing
  * to those a retry cannot fix (the memory or record-id budget, a bad request, a missing or
  * inactive deduper). Without a status-details trailer, {@code UNAVAILABLE} (no server answered:
- * the connection failed) and {@code DEADLINE_EXCEEDED} (the attempt's own deadline) are retried
+ * the connection failed), {@code DEADLINE_EXCEEDED} (the attempt's own deadline) and
+ * {@code CANCELLED} (a request that raced a shutting-down server's GOAWAY, not run) are retried
  * too.
  */
 final class Retry {
@@ -46,7 +47,10 @@ final class Retry {
         Metadata trailers = Status.trailersFromThrowable(failure);
         boolean answered = trailers != null && trailers.containsKey(STATUS_DETAILS);
         Status.Code code = Status.fromThrowable(failure).getCode();
-        if (!answered && (code == Status.Code.UNAVAILABLE || code == Status.Code.DEADLINE_EXCEEDED)) {
+        // A bare CANCELLED is a request that raced a shutting-down server's GOAWAY: not run. (The
+        // client's own cancellations happen only in close, which retries nothing.)
+        if (!answered && (code == Status.Code.UNAVAILABLE || code == Status.Code.DEADLINE_EXCEEDED
+                || code == Status.Code.CANCELLED)) {
             return 0;
         }
         return NEVER;

@@ -724,6 +724,11 @@ public final class SolusClient implements AutoCloseable {
             } catch (StatusRuntimeException e) {
                 Status st = e.getStatus();
                 long serverDelay = Retry.serverDelayMillis(e);
+                if (terminated) {
+                    // The channel was shut down under this call by close: not the server's answer.
+                    throw new SolusException(rpc, Status.CANCELLED.withDescription(
+                            "the Solus client was closed before an answer came"), attempt);
+                }
                 if (serverDelay == Retry.NEVER || attempt >= cfg.maxAttempts) {
                     throw new SolusException(rpc, st, attempt);
                 }

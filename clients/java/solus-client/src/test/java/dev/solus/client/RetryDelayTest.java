@@ -87,4 +87,14 @@ class RetryDelayTest {
             assertEquals(3, refuse.starts().size(), "two refused attempts, then the answered one");
         }
     }
+
+    @Test
+    void aBareCancelledFromAServerShuttingDownIsRetried() {
+        RefuseFirst refuse = new RefuseFirst(Status.CANCELLED.withDescription("raced a GOAWAY").asRuntimeException(), 1);
+        try (SolusClient c = SolusClient.builder().address(server.address()).clientId("java-delay").intercept(refuse)
+                .backoff(java.time.Duration.ofMillis(5), java.time.Duration.ofMillis(10)).build()) {
+            assertEquals("goaway", c.createDeduper("goaway", 1000, 0.01, java.time.Duration.ofHours(1)).getName());
+            assertEquals(2, refuse.starts().size(), "retried once");
+        }
+    }
 }

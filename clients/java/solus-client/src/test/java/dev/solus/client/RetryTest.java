@@ -45,6 +45,8 @@ class RetryTest {
     void unavailableOrDeadlineWithoutDetailsIsATransportFailureAndRetried() {
         assertEquals(0, Retry.serverDelayMillis(Status.UNAVAILABLE.withDescription("connection refused").asRuntimeException()));
         assertEquals(0, Retry.serverDelayMillis(Status.DEADLINE_EXCEEDED.asRuntimeException()));
+        assertEquals(0, Retry.serverDelayMillis(Status.CANCELLED.asRuntimeException()), "a request that raced a GOAWAY");
+        assertEquals(Retry.NEVER, Retry.serverDelayMillis(withDetails(Status.Code.CANCELLED)));
         // The server answered and said nothing about retrying: not retried.
         Any info = Any.pack(ErrorInfo.newBuilder().setReason("DRAINED").build());
         assertEquals(Retry.NEVER, Retry.serverDelayMillis(withDetails(Status.Code.UNAVAILABLE, info)));
@@ -54,7 +56,7 @@ class RetryTest {
 
     @Test
     void otherCodesAreNotRetried() {
-        for (Status s : new Status[] {Status.CANCELLED, Status.INVALID_ARGUMENT, Status.NOT_FOUND,
+        for (Status s : new Status[] {Status.INVALID_ARGUMENT, Status.NOT_FOUND,
                 Status.FAILED_PRECONDITION, Status.ALREADY_EXISTS, Status.PERMISSION_DENIED, Status.INTERNAL}) {
             assertEquals(Retry.NEVER, Retry.serverDelayMillis(s.asRuntimeException()), s.getCode().toString());
         }
