@@ -32,7 +32,8 @@
 //!    no takeover can match the claim any more: of all creators of a name
 //!    exactly one is answered OK, and the config stored is its config.
 //!    A lost commit answers `Unavailable` (a retry then finds the winner's
-//!    config: `AlreadyExists`).
+//!    config: `AlreadyExists`), and so does a commit whose answer was lost
+//!    on the way back (not retried blindly: the retry finds it committed).
 //!
 //! Readers treat a row with a token in `C:claim` as not created yet
 //! (`codec::decode_deduper`); rows written before claims had a `C:claim`
