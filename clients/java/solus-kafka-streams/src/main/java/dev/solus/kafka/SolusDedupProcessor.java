@@ -61,10 +61,11 @@ import org.apache.kafka.streams.state.KeyValueStore;
  * <p><b>Limits.</b> The processor must receive records with a source position (not records
  * forwarded by an upstream punctuator: {@link StreamsException}); several records from one input
  * record (a {@code flatMap} upstream) get distinct ids by their index, which is stable only if
- * the upstream is deterministic. Records are forwarded on the stream thread only: answered ones
- * at the head of the window on every {@code process} call, and all of them (waiting for their
- * answers) every {@code drainInterval} of wall-clock time and whenever {@code maxPending} records
- * wait. A Solus failure that outlived the client's retry budget throws a
+ * the upstream is deterministic. Records are forwarded on the stream thread only: the answered
+ * head of the window on every {@code process} call and every {@code drainInterval} of wall-clock
+ * time (which also sends a partly filled batch at once), and the whole window, waiting for its
+ * answers, when {@code maxPending} records wait (backpressure). Nothing waits for answers at a
+ * commit: the store carries the window across it. A Solus failure that outlived the client's retry budget throws a
  * {@link StreamsException}, which stops the task; its records are in the store, and the next
  * owner asks again.
  */
@@ -131,7 +132,10 @@ public final class SolusDedupProcessor<K, V> implements Processor<K, V, K, V> {
                 window.addLast(new Pending<>(kv.key, d.record(), ask(d.entity(), kv.key.get())));
             }
         }
-        context.schedule(drainInterval, PunctuationType.WALL_CLOCK_TIME, ts -> drain(true));
+        context.schedule(drainInterval, PunctuationType.WALL_CLOCK_TIME, ts -> {
+            client.flush();
+            drain(false);
+        });
     }
 
     @Override

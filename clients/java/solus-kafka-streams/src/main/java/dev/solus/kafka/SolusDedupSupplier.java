@@ -22,8 +22,8 @@ import org.apache.kafka.streams.state.Stores;
  * {@code KStream.process(supplier)} connects the store by itself. Made by
  * {@link SolusDedupProcessor#supplier}; the {@code with*} methods return a changed copy.
  *
- * <p>Defaults: 10,000 records waiting at most per task, a full drain every 10 ms of wall-clock
- * time, an in-memory store named {@code solus-pending-<deduper>} (it holds at most
+ * <p>Defaults: 10,000 records waiting at most per task, answered records forwarded (and partly
+ * filled batches sent) every 10 ms of wall-clock time, an in-memory store named {@code solus-pending-<deduper>} (it holds at most
  * {@code maxPending} records per task, so memory is bounded; no RocksDB files or flushes at each
  * commit) whose changelog rolls a segment every minute and is compacted soon after
  * (segment.ms = 60000, min.cleanable.dirty.ratio = 0.1), keeping tombstones 5 minutes
@@ -70,7 +70,10 @@ public final class SolusDedupSupplier<K, V> implements ProcessorSupplier<K, V, K
         return new SolusDedupSupplier<>(client, deduper, id, keySerde, valueSerde, maxPending, drainInterval, store);
     }
 
-    /** Every {@code interval} of wall-clock time the task waits for all its answers (latency bound). */
+    /**
+     * Every {@code interval} of wall-clock time the task sends its partly filled batch and forwards
+     * what is answered, also when no record arrives (latency bound).
+     */
     public SolusDedupSupplier<K, V> withDrainInterval(Duration interval) {
         return new SolusDedupSupplier<>(client, deduper, id, keySerde, valueSerde, maxPending, interval, store);
     }

@@ -54,9 +54,19 @@ final class TaskOwner {
         }
     }
 
-    /** Runs the wall-clock drain punctuator (forwards every waiting record once answered). */
+    /**
+     * Runs the wall-clock punctuator until every waiting record was acted on (forwarded if new,
+     * dropped if not: the store is empty), for at most 30 s.
+     */
     void drain() {
-        context.scheduledPunctuators().forEach(p -> p.getPunctuator().punctuate(0L));
+        long deadline = System.nanoTime() + 30_000_000_000L;
+        while (store.approximateNumEntries() > 0) {
+            if (System.nanoTime() > deadline) {
+                throw new AssertionError(store.approximateNumEntries() + " records still waiting after 30 s");
+            }
+            context.scheduledPunctuators().forEach(p -> p.getPunctuator().punctuate(0L));
+            Thread.onSpinWait();
+        }
     }
 
     /** The values forwarded so far, in order. */
