@@ -56,9 +56,9 @@ public final class DedupApp {
         p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
         p.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 1);
         p.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 1);
-        // A killed instance's tasks move to the other one after this (default 45 s).
-        p.put(StreamsConfig.consumerPrefix("session.timeout.ms"), 10_000);
-        p.put(StreamsConfig.consumerPrefix("heartbeat.interval.ms"), 2_000);
+        // A killed instance's tasks move on after this (default 45 s; the broker's minimum is 6 s).
+        p.put(StreamsConfig.consumerPrefix("session.timeout.ms"), 6_000);
+        p.put(StreamsConfig.consumerPrefix("heartbeat.interval.ms"), 1_500);
 
         KafkaStreams streams = new KafkaStreams(builder.build(), p);
         CountDownLatch stopped = new CountDownLatch(1);

@@ -75,6 +75,12 @@ public final class Run {
                     + " %d restarts and %s)%n", total, run.seconds(), rate, run.kills(), run.restarts(),
                     run.rebalanced() ? "a rebalance to 2 instances" : "NO rebalance seen");
 
+            // The pending-record store's changelog: what the store cost in Kafka writes (its offsets
+            // also count one transaction marker per commit and partition).
+            long changelog = Input.endOffsets(admin, APP_ID + "-solus-pending-" + DEDUPER + "-changelog");
+            System.out.printf(Locale.ROOT, "pending-record changelog: %,d offsets (records and transaction markers)"
+                    + " for %,d input records%n", changelog, total);
+
             long tr = System.nanoTime();
             Map<String, Integer> out = OutputCount.read(a.bootstrap, admin, OUTPUT, Duration.ofMinutes(2));
             Set<String> distinct = new HashSet<>();
