@@ -53,10 +53,10 @@ import org.apache.kafka.streams.state.KeyValueStore;
  * forwarded before a crash and not committed comes out again. Records forwarded by this
  * processor are the records it received, unchanged.
  *
- * <p><b>Cost.</b> One store write and one delete per record (in memory by default; with the
- * store's cache a record answered within a commit interval reaches the changelog as one tombstone,
- * its put never), the changelog's restore at each new owner (see {@link SolusDedupSupplier}), and
- * one record id (17 bytes + the topic name) per entity sent.
+ * <p><b>Cost.</b> One store write and one delete per record (in memory by default; the store's
+ * cache merges them when both fall in one commit interval, and the changelog then gets only the
+ * tombstone), the changelog's restore at each new owner (see {@link SolusDedupSupplier}), and one
+ * record id (17 bytes + the topic name) per entity sent.
  *
  * <p><b>Limits.</b> The processor must receive records with a source position (not records
  * forwarded by an upstream punctuator: {@link StreamsException}); several records from one input

@@ -105,8 +105,8 @@ public final class SolusDedupSupplier<K, V> implements ProcessorSupplier<K, V, K
         StoreBuilder<KeyValueStore<Bytes, byte[]>> b = Stores
                 .keyValueStoreBuilder(store, Serdes.Bytes(), Serdes.ByteArray())
                 .withLoggingEnabled(CHANGELOG_CONFIG)
-                // A record normally leaves the store within the commit interval it entered: the cache
-                // keeps its last state (deleted) until the commit, so its put never reaches the changelog.
+                // The cache keeps a record's last state until the commit: one answered within the
+                // commit interval it entered reaches the changelog as a tombstone only.
                 .withCachingEnabled();
         return Set.of(b);
     }
