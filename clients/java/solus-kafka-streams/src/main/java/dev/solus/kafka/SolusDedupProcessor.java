@@ -77,7 +77,7 @@ public final class SolusDedupProcessor<K, V> implements Processor<K, V, K, V> {
     private final String storeName;
     private final int maxPending;
     private final Duration drainInterval;
-    private final RecordIds recordIds = new RecordIds();
+    private RecordIds recordIds = new RecordIds();
     private final ArrayDeque<Pending<K, V>> window = new ArrayDeque<>();
     private ProcessorContext<K, V> context;
     private KeyValueStore<Bytes, byte[]> store;
@@ -116,7 +116,11 @@ public final class SolusDedupProcessor<K, V> implements Processor<K, V, K, V> {
 
     @Override
     public void init(ProcessorContext<K, V> context) {
+        // Kafka Streams calls init again on the same processor when it resumes or revives a task
+        // (after close): start from the store alone, and from no earlier source position.
         this.context = context;
+        this.window.clear();
+        this.recordIds = new RecordIds();
         this.store = context.getStateStore(storeName);
         if (store == null) {
             throw new StreamsException("SolusDedupProcessor: no state store '" + storeName + "' is connected: add the"
@@ -149,8 +153,7 @@ public final class SolusDedupProcessor<K, V> implements Processor<K, V, K, V> {
     }
 
     private CompletableFuture<Boolean> ask(byte[] entity, byte[] recordId) {
-        // TEMPORARY until the client's addIfAbsent(deduper, entity, recordId) is merged: no record id.
-        return client.addIfAbsent(deduper, entity);
+        return client.addIfAbsent(deduper, entity, recordId);
     }
 
     /** Acts on the answered head of the window; with {@code all}, waits for every answer. */
