@@ -44,6 +44,20 @@ final class Progress {
         return sum;
     }
 
+    /** Committed input offset per partition, for the log ("p0=123 p1=..."). */
+    static String committedByPartition(Admin admin, String group, String topic)
+            throws InterruptedException, ExecutionException {
+        Map<Integer, Long> by = new java.util.TreeMap<>();
+        admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata().get().forEach((tp, om) -> {
+            if (tp.topic().equals(topic) && om != null) {
+                by.put(tp.partition(), om.offset());
+            }
+        });
+        StringBuilder b = new StringBuilder();
+        by.forEach((part, off) -> b.append(b.length() == 0 ? "" : " ").append("p").append(part).append('=').append(off));
+        return b.toString();
+    }
+
     /** Client ids of {@code group}'s members now (a killed member stays until its session times out). */
     static Set<String> members(Admin admin, String group) throws InterruptedException, ExecutionException {
         // Kafka Streams 4.1 joins with the classic group protocol by default: a consumer group.

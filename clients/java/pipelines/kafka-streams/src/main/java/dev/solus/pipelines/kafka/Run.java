@@ -29,6 +29,8 @@ public final class Run {
     private static final String APP_ID = "solus-pipeline";
     private static final String INPUT = "solus-input";
     private static final String OUTPUT = "solus-output";
+    /** The pending-record store's changelog topic (Kafka Streams' name for it). */
+    private static final String CHANGELOG = APP_ID + "-solus-pending-" + DEDUPER + "-changelog";
 
     private Run() {
     }
@@ -68,7 +70,8 @@ public final class Run {
             Disturbance run;
             try (Instances apps = new Instances(work,
                     List.of(a.bootstrap, a.solus, DEDUPER, APP_ID, INPUT, OUTPUT), a.heap)) {
-                run = Disturbance.run(apps, admin, APP_ID, INPUT, total, Duration.ofSeconds(a.timeoutSeconds));
+                run = Disturbance.run(apps, admin, APP_ID, INPUT, total, Duration.ofSeconds(a.timeoutSeconds),
+                        List.of(OUTPUT, CHANGELOG));
             } // SIGTERM to both instances: no transaction stays open for the read below
             double rate = total / run.seconds();
             System.out.printf(Locale.ROOT, "processed %,d records in %.1f s (%,.0f records/s, through %d kills,"
@@ -77,9 +80,12 @@ public final class Run {
 
             // The pending-record store's changelog: what the store cost in Kafka writes (its offsets
             // also count one transaction marker per commit and partition).
-            long changelog = Input.endOffsets(admin, APP_ID + "-solus-pending-" + DEDUPER + "-changelog");
+            long changelog = Input.endOffsets(admin, CHANGELOG);
             System.out.printf(Locale.ROOT, "pending-record changelog: %,d offsets (records and transaction markers)"
                     + " for %,d input records%n", changelog, total);
+
+            long left = PendingLeft.count(a.bootstrap, admin, CHANGELOG, Duration.ofMinutes(2));
+            System.out.printf(Locale.ROOT, "records left waiting in the pending-record stores: %,d%n", left);
 
             long tr = System.nanoTime();
             Map<String, Integer> out = OutputCount.read(a.bootstrap, admin, OUTPUT, Duration.ofMinutes(2));
@@ -99,8 +105,15 @@ public final class Run {
             System.out.printf(Locale.ROOT, "lost: %,d (expected false positives %.1f, bound %d); duplicated: %,d;"
                     + " not in the input's distinct set: %,d%n", lost, expectedFp, bound, duplicated, foreign);
 
-            checks = 6;
+            if (lost > bound) {
+                Set<String> lostIds = new HashSet<>();
+                distinct.stream().filter(id -> !out.containsKey(id)).forEach(lostIds::add);
+                LostReport.print(a.bootstrap, admin, INPUT, lostIds);
+            }
+
+            checks = 7;
             check(failures, run.consumedAll(), "all input committed by the application");
+            check(failures, left == 0, "no record left waiting in the pending-record stores (" + left + ")");
             check(failures, run.kills() == 2 && run.restarts() == 2, "two kill -9 and two restarts");
             check(failures, run.rebalanced(), "a second instance joined (rebalance)");
             check(failures, lost <= bound, "lost " + lost + " <= false-positive bound " + bound);
