@@ -65,9 +65,9 @@ import org.apache.kafka.streams.state.KeyValueStore;
  * head of the window on every {@code process} call and every {@code drainInterval} of wall-clock
  * time (which also sends a partly filled batch at once), and the whole window, waiting for its
  * answers, when {@code maxPending} records wait (backpressure). Nothing waits for answers at a
- * commit: the store carries the window across it. A Solus failure that outlived the client's retry budget throws a
- * {@link StreamsException}, which stops the task; its records are in the store, and the next
- * owner asks again.
+ * commit: the store carries the window across it. A Solus failure that outlived the client's
+ * retry budget throws a {@link StreamsException}, which stops the task; its records are in the
+ * store, and the next owner asks again.
  */
 public final class SolusDedupProcessor<K, V> implements Processor<K, V, K, V> {
     private final SharedClient shared;
