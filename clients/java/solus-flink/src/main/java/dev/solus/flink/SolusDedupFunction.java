@@ -24,11 +24,13 @@ import org.apache.flink.util.InstantiationUtil;
  * ({@code AddIfAbsent} answered "absent"), and nothing for a repeat.
  *
  * <pre>{@code
+ * SolusClient.Builder settings = SolusClient.builder().address("solus:50051").clientId("shop")
+ *     .deadline(Duration.ofSeconds(2)).maxAttempts(8).backoff(Duration.ofMillis(50), Duration.ofSeconds(1));
  * DataStream<Order> unique = AsyncDataStream.orderedWait(orders,
- *     new SolusDedupFunction<>(SolusClient.builder().address("solus:50051").clientId("shop"), "orders",
- *         (SerializableFunction<Order, byte[]>) o -> o.id().getBytes(UTF_8),            // entity
- *         (SerializableFunction<Order, byte[]>) o -> Longs.toByteArray(o.offset())),    // record id
- *     60, TimeUnit.SECONDS, 10_000);
+ *     new SolusDedupFunction<>(settings, "orders",
+ *         (SerializableFunction<Order, byte[]>) o -> o.id().getBytes(UTF_8),                 // entity
+ *         o -> ByteBuffer.allocate(8).putLong(o.offset()).array()),                         // record id
+ *     30, TimeUnit.SECONDS, 10_000);   // above the client's budget, 8 x (2 s + 1 s) = 24 s
  * }</pre>
  *
  * <p><b>Record id.</b> The second extractor gives each element a record id (0 to 128 bytes;
@@ -58,6 +60,12 @@ import org.apache.flink.util.InstantiationUtil;
  * builder are not kept; give interceptors with {@link #withInterceptor}). The async operator's
  * capacity is what lets many elements share a request: give it at least the client's
  * {@code maxBatch}. Do not combine with Flink's {@code AsyncRetryStrategy}: the client retries.
+ *
+ * <p>Errors, each failing the element and so the task: {@code SolusException} (the client's retry
+ * budget spent, or a status it does not retry: its {@code code()} and {@code attempts()}),
+ * {@link TimeoutException} (Flink's timeout, above), {@link IllegalStateException} (an element
+ * asked after a timeout closed the client), {@link IllegalArgumentException} (an entity or record
+ * id the client refuses: empty or too long entity, record id over 128 bytes).
  */
 public class SolusDedupFunction<T> extends RichAsyncFunction<T, T> {
     private static final long serialVersionUID = 2L;
