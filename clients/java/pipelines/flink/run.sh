@@ -55,9 +55,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "flink pipeline: building the Java client and the pipeline (Maven)"
-(cd "$repo/clients/java" && mvn -B -q install -DskipTests)
-(cd "$here" && mvn -B -q package -DskipTests && mvn -B -q dependency:build-classpath -Dmdep.outputFile="$work/classpath" >/dev/null)
+# One reactor: this checkout's client and adapter, not whatever another checkout last put in
+# ~/.m2 (a concurrent install there once swapped the client jar under a running job).
+echo "flink pipeline: building the Java client, the Flink adapter and the pipeline (Maven)"
+(cd "$repo/clients/java" && mvn -B -q -P pipelines -pl pipelines/flink -am package dependency:build-classpath \
+    -DskipTests -Dmdep.outputFile="$work/classpath" >/dev/null)
 
 port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 addr="127.0.0.1:$port"
