@@ -63,16 +63,19 @@ echo "flink pipeline: building the Java client, the Flink adapter and the pipeli
 
 port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 addr="127.0.0.1:$port"
+# Ready = it answers a real RPC: after a kill -9 the port can accept connections while the
+# store is still recovering (a minute with ~400,000 remembered record ids on a loaded machine).
 start_solus() {
-    SOLUS__SERVER__LISTEN="$addr" SOLUS__METRICS__LISTEN= SOLUS__STORAGE__EMBEDDED__PATH="$work/data" NO_COLOR=1 \
+    env -u SOLUS_BIN -u SOLUS_FLINK_KEEP -u SOLUS_FLINK_HEAP -u SOLUS_REQUIRE_SHARED_DATA \
+        SOLUS__SERVER__LISTEN="$addr" SOLUS__METRICS__LISTEN= SOLUS__STORAGE__EMBEDDED__PATH="$work/data" NO_COLOR=1 \
         "$solus" serve >>"$work/solus.log" 2>&1 &
     solus_pid=$!
-    for _ in $(seq 1 300); do
-        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
+    for _ in $(seq 1 600); do
+        if "$solus" deduper list --addr "$addr" --client pipeline >/dev/null 2>&1; then return 0; fi
         if ! kill -0 "$solus_pid" 2>/dev/null; then break; fi
-        sleep 0.1
+        sleep 0.5
     done
-    echo "flink pipeline: solus serve did not come up on $addr; its log:" >&2
+    echo "flink pipeline: solus serve did not answer on $addr; its log:" >&2
     tail -30 "$work/solus.log" >&2
     return 1
 }
@@ -96,7 +99,7 @@ while kill -0 "$job_pid" 2>/dev/null; do
         start_solus
         touch "$work/solus-restart.done"
         restarted=1
-        echo "flink pipeline: solus killed with -9 and restarted on the same data and port in $(awk "BEGIN { printf \"%.1f\", $(date +%s.%N) - $t0 }") s"
+        echo "flink pipeline: solus killed with -9, restarted on the same data and port, answering again after $(awk "BEGIN { printf \"%.1f\", $(date +%s.%N) - $t0 }") s"
     fi
     sleep 0.2
 done
