@@ -17,6 +17,8 @@ final class Args {
     long failAt = -1;
     long restartFrom = -1;
     int maxSeconds = 420;
+    /** Off: no record ids sent, to show what they prevent (replays dropped). */
+    boolean recordIds = true;
 
     static Args parse(String[] argv) {
         Args a = new Args();
@@ -41,9 +43,14 @@ final class Args {
                 case "--fail-at" -> a.failAt = Long.parseLong(v);
                 case "--restart-from" -> a.restartFrom = Long.parseLong(v);
                 case "--max-seconds" -> a.maxSeconds = Integer.parseInt(v);
+                case "--record-ids" -> a.recordIds = switch (v) {
+                    case "on" -> true;
+                    case "off" -> false;
+                    default -> throw new IllegalArgumentException("--record-ids is on or off, got " + v);
+                };
                 default -> throw new IllegalArgumentException("unknown option " + argv[i]
                         + " (known: --addr --client --deduper --names --work --records --repeats --seed --parallelism"
-                        + " --checkpoint-ms --batch --capacity --fail-at --restart-from --max-seconds)");
+                        + " --checkpoint-ms --batch --capacity --fail-at --restart-from --max-seconds --record-ids)");
             }
         }
         if (a.failAt < 0) {

@@ -94,7 +94,7 @@ public final class FlinkPipeline {
                         work.resolve("solus-restart.request"))).name("ask for a Solus restart");
         SolusDedupFunction<Event> dedup = new SolusDedupFunction<>(settings, a.deduper,
                 e -> e.id.getBytes(StandardCharsets.UTF_8),
-                e -> ByteBuffer.allocate(Long.BYTES).putLong(e.index).array());
+                recordId(a.recordIds));
         // Flink's timeout (30 s) above the client's retry budget, 8 x (2 s + 1 s) = 24 s.
         AsyncDataStream.orderedWait(events, dedup, 30, TimeUnit.SECONDS, a.capacity).name("solus dedup")
                 .sinkTo(new CommittedFileSink(out)).name("committed files");
@@ -110,6 +110,14 @@ public final class FlinkPipeline {
             int restarts = restarts(cluster, job);
             report(a, w, work, out, result, seconds, restarts, expectedFp);
         }
+    }
+
+    /** The source index as record id (stable across replays), or none. */
+    private static SolusDedupFunction.SerializableFunction<Event, byte[]> recordId(boolean on) {
+        if (on) {
+            return e -> ByteBuffer.allocate(Long.BYTES).putLong(e.index).array();
+        }
+        return e -> null;
     }
 
     private static JobResult await(MiniCluster cluster, JobID job, Path committed, long start, int maxSeconds)
@@ -149,6 +157,7 @@ public final class FlinkPipeline {
         OutputCheck c = OutputCheck.of(CommittedFileSink.committed(out), w);
         long bound = FalsePositives.bound(expectedFp);
         boolean restarted = Files.exists(work.resolve("solus-restart.done"));
+        System.out.println("record ids: " + (a.recordIds ? "on (the source index)" : "off"));
         System.out.printf(Locale.ROOT, "job: %s in %.1f s, %,.0f records/s (input records / wall time, restarts included)%n",
                 result.getApplicationStatus(), seconds, w.records() / seconds);
         System.out.printf(Locale.ROOT, "restarts: %d (injected exception: %s, Solus kill -9 and restart: %s)%n", restarts,
