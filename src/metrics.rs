@@ -46,7 +46,7 @@ pub const IN_FLIGHT: &str = "solus_requests_in_flight";
 pub const STORAGE_CALLS: &str = "solus_storage_calls_total";
 pub const STORAGE_ERRORS: &str = "solus_storage_errors_total";
 /// The `op` label values of the storage series (the `Store` calls).
-pub const STORAGE_OPS: [&str; 13] = [
+pub const STORAGE_OPS: [&str; 15] = [
     "read_bits",
     "write_bits",
     "read_and_write_bits",
@@ -58,6 +58,8 @@ pub const STORAGE_OPS: [&str; 13] = [
     "bit_stats",
     "remember_request",
     "recall_request",
+    "remember_records",
+    "recall_records",
     "ping",
     "flush",
 ];
@@ -80,6 +82,12 @@ pub const DEDUPER_LOAD: &str = "solus_deduper_load_ratio";
 pub const DEDUPER_STATS_TIME: &str = "solus_deduper_stats_timestamp_seconds";
 /// 1 while storage answers the health probe (readiness SERVING), else 0.
 pub const READY: &str = "solus_ready";
+/// Record ids remembered (answered absent), and answers given again from
+/// a remembered record id (replays), over all dedupers.
+pub const RECORDS_REMEMBERED: &str = "solus_records_remembered_total";
+pub const RECORD_REPLAYS: &str = "solus_record_replays_total";
+/// Record ids the embedded store holds in memory (expired ones until swept).
+pub const RECORDS_HELD: &str = "solus_records_held";
 /// The label value of the dedupers beyond `metrics.max_deduper_series`.
 pub const OVERFLOW_LABEL: &str = "_other";
 
@@ -178,6 +186,20 @@ fn describe() {
         Unit::Seconds,
         "When a deduper's figures were computed, since the Unix epoch"
     );
+    describe_counter!(
+        RECORDS_REMEMBERED,
+        "Record ids remembered because their entity was answered absent"
+    );
+    describe_counter!(
+        RECORD_REPLAYS,
+        "Entities answered absent again because their record id was remembered (replays)"
+    );
+    describe_gauge!(
+        RECORDS_HELD,
+        "Record ids the embedded store holds in memory (storage.embedded.max_record_memory_mib)"
+    );
+    metrics::counter!(RECORDS_REMEMBERED).absolute(0);
+    metrics::counter!(RECORD_REPLAYS).absolute(0);
     describe_gauge!(
         READY,
         "1 while storage answers the health probe (readiness SERVING), else 0"
@@ -316,6 +338,17 @@ pub fn deduper_gone(client_id: &str, name: &str, figures: Option<bool>) {
     if had_load {
         metrics::gauge!(DEDUPER_LOAD, &labels).set(0.0);
     }
+}
+
+/// Counts record ids remembered and answers given again from them.
+pub fn records(remembered: usize, replays: usize) {
+    metrics::counter!(RECORDS_REMEMBERED).increment(remembered as u64);
+    metrics::counter!(RECORD_REPLAYS).increment(replays as u64);
+}
+
+/// Sets the gauge of record ids held in memory.
+pub fn set_records_held(n: u64) {
+    metrics::gauge!(RECORDS_HELD).set(n as f64);
 }
 
 /// Sets the readiness gauge.

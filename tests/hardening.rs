@@ -48,21 +48,28 @@ async fn beyond_max_concurrent_requests_is_resource_exhausted() {
         .map(|t| {
             let mut data = DeduperServiceClient::new(s.channel.clone());
             let req = pb::AddIfAbsentRequest {
+                record_ids: Vec::new(),
                 request_id: None,
                 client_id: "c".into(),
                 deduper: "d".into(),
                 entities: ents(&entities(2_000, &format!("t{t}"), 256)),
                 ttl_ms: 0,
             };
-            tokio::spawn(async move { code_of(data.add_if_absent(req).await) })
+            tokio::spawn(async move {
+                let r = data.add_if_absent(req).await;
+                let transient = r.as_ref().err().is_some_and(solus::api::is_transient);
+                (code_of(r), transient)
+            })
         })
         .collect();
     let (mut ok, mut exhausted) = (0, 0);
     for c in calls {
         match c.await.unwrap() {
-            (Code::Ok, _) => ok += 1,
-            (Code::ResourceExhausted, m) => {
+            ((Code::Ok, _), _) => ok += 1,
+            ((Code::ResourceExhausted, m), transient) => {
                 assert!(m.contains("limits.max_concurrent_requests = 1"), "{m}");
+                // The concurrency limit is transient: it carries google.rpc.RetryInfo.
+                assert!(transient, "busy refusal without RetryInfo: {m}");
                 exhausted += 1;
             }
             other => panic!("unexpected answer {other:?}"),
@@ -246,6 +253,7 @@ fn well_formed(method: usize) -> BoxedStrategy<Vec<u8>> {
         1 => (name(), name(), some_entities())
             .prop_map(move |(c, d, e)| {
                 pb::CheckAbsenceRequest {
+                    record_ids: Vec::new(),
                     client_id: c,
                     deduper: d,
                     entities: bytes(e),
@@ -256,6 +264,7 @@ fn well_formed(method: usize) -> BoxedStrategy<Vec<u8>> {
         2 => (name(), name(), some_entities(), any::<u64>())
             .prop_map(move |(c, d, e, ttl_ms)| {
                 pb::AddIfAbsentRequest {
+                    record_ids: Vec::new(),
                     request_id: None,
                     client_id: c,
                     deduper: d,

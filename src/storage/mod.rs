@@ -59,6 +59,10 @@ pub struct RequestKey {
     pub request_id: Vec<u8>,
 }
 
+/// The 64-bit fingerprint of the entity a remembered record id belongs to
+/// (see `engine::records`).
+pub type RecordFingerprint = u64;
+
 /// What a backend counted of one deduper's bits at one time (see
 /// [`Store::bit_stats`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -180,6 +184,36 @@ pub trait Store: Send + Sync + 'static {
 
     /// The unexpired record of `key`, if any. Errors: `Unavailable`.
     fn recall_request(&self, key: &RequestKey) -> Result<Option<Vec<u8>>, StorageError>;
+
+    /// Remembers record ids of `deduper` until `expire_ms` (ms since the
+    /// Unix epoch), each with its entity's fingerprint, replacing what an id
+    /// held before; one storage round trip where the backend allows. Durable
+    /// and visible to every replica sharing the storage on return (the
+    /// engine writes the bits only after). Errors: `Unavailable`; `Capacity`
+    /// when the backend's bound on remembered records is reached (nothing
+    /// of this call is remembered then).
+    fn remember_records(
+        &self,
+        deduper: &Deduper,
+        records: &[(&[u8], RecordFingerprint)],
+        expire_ms: i64,
+    ) -> Result<(), StorageError>;
+
+    /// The fingerprints remembered for `ids` of `deduper` and not expired
+    /// at `now_ms`, one per id in order (`None`: not remembered). Errors:
+    /// `Unavailable`, `Corrupt`.
+    fn recall_records(
+        &self,
+        deduper: &Deduper,
+        ids: &[&[u8]],
+        now_ms: i64,
+    ) -> Result<Vec<Option<RecordFingerprint>>, StorageError>;
+
+    /// Records the backend holds in memory now, when it keeps them there
+    /// (the embedded store), for the `solus_records_held` gauge.
+    fn records_held(&self) -> Option<u64> {
+        None
+    }
 
     /// Latest expiry time the backend stores without shortening, in ms
     /// since the Unix epoch.

@@ -12,6 +12,7 @@ use crate::common::*;
 
 fn aia(deduper: &str, items: &[String], id: &[u8]) -> pb::AddIfAbsentRequest {
     pb::AddIfAbsentRequest {
+        record_ids: Vec::new(),
         client_id: "c".into(),
         deduper: deduper.into(),
         entities: ents(items),
@@ -35,6 +36,8 @@ async fn retry_after_a_fault_between_read_and_write_reports_first_occurrences() 
     b.emulator().fail_calls("mutateRowsTs", 10);
     let err = s.data().add_if_absent(aia("d", &items, b"r-1")).await.unwrap_err();
     assert_eq!(err.code(), Code::Unavailable, "{}", err.message());
+    // Storage being unavailable is transient: google.rpc.RetryInfo tells clients to retry.
+    assert!(solus::api::is_transient(&err), "storage failure without RetryInfo");
     b.emulator().fail_calls("mutateRowsTs", 0);
     let retry = s
         .data()
@@ -171,6 +174,7 @@ async fn a_changed_data_table_refuses_the_deduper_instead_of_serving_it_empty() 
     let err = s
         .data()
         .check_absence(pb::CheckAbsenceRequest {
+            record_ids: Vec::new(),
             client_id: "c".into(),
             deduper: "d".into(),
             entities: ents(&["seen"]),
@@ -263,6 +267,7 @@ async fn abandoned_requests_do_not_starve_the_next_one() {
     );
     let start = Instant::now();
     let mut req = tonic::Request::new(pb::CheckAbsenceRequest {
+        record_ids: Vec::new(),
         client_id: "c".into(),
         deduper: "d".into(),
         entities: ents(&["fresh"]),

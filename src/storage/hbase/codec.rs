@@ -79,6 +79,8 @@ pub mod meta_col {
     ];
     /// Column of a remembered request's record, in its own row.
     pub const REQUEST: &str = "req";
+    /// Column of a remembered record id, in its own row (`records.rs`).
+    pub const RECORD: &str = "rec";
 }
 
 /// `family:qualifier`, the way Thrift1 names a column.
@@ -181,6 +183,13 @@ fn decode_version(v: &[u8]) -> Option<(i64, bool, u64)> {
 pub fn request_row_key(client_id: &str, deduper: &str, request_id: &[u8]) -> Vec<u8> {
     let hex: String = request_id.iter().map(|b| format!("{b:02x}")).collect();
     layout::prefixed(format!("request|{client_id}|{deduper}|{hex}").as_bytes())
+}
+
+/// Row key of a remembered record id in the client's meta table:
+/// `<prefix>record|<client_id>|<deduper>|<record_id as hex>`.
+pub fn record_row_key(client_id: &str, deduper: &str, record_id: &[u8]) -> Vec<u8> {
+    let hex: String = record_id.iter().map(|b| format!("{b:02x}")).collect();
+    layout::prefixed(format!("record|{client_id}|{deduper}|{hex}").as_bytes())
 }
 
 /// Reads a meta row's columns (keyed `C:<qualifier>` as Thrift returns

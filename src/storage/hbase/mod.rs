@@ -65,6 +65,7 @@ mod guard;
 mod lifecycle;
 mod meta;
 mod pool;
+mod records;
 mod tables;
 
 use std::collections::BTreeSet;
@@ -78,7 +79,7 @@ use self::data::ReadGroup;
 use self::pool::{Pool, Retry};
 use self::tables::Tables;
 pub use self::tables::{data_family, meta_family};
-use super::{BeforeWrite, BitAddr, BitStats, Cell, Change, RequestKey, StorageError, Store};
+use super::{BeforeWrite, BitAddr, BitStats, Cell, Change, RecordFingerprint, RequestKey, StorageError, Store};
 use crate::clock::now_ms;
 use crate::contract::layout;
 use crate::deduper::{Deduper, Level};
@@ -404,6 +405,32 @@ impl Store for HbaseStore {
 
     fn recall_request(&self, key: &RequestKey) -> Result<Option<Vec<u8>>, StorageError> {
         meta::recall_request(&self.pool, key, now_ms())
+    }
+
+    /// Plain puts of `record|...` rows in the client's meta table (`records.rs`).
+    fn remember_records(
+        &self,
+        deduper: &Deduper,
+        records: &[(&[u8], RecordFingerprint)],
+        expire_ms: i64,
+    ) -> Result<(), StorageError> {
+        records::remember(
+            &self.pool,
+            deduper,
+            records,
+            expire_ms,
+            now_ms(),
+            self.config.max_request_bytes,
+        )
+    }
+
+    fn recall_records(
+        &self,
+        deduper: &Deduper,
+        ids: &[&[u8]],
+        now_ms: i64,
+    ) -> Result<Vec<Option<RecordFingerprint>>, StorageError> {
+        records::recall(&self.pool, deduper, ids, now_ms, self.config.max_request_bytes)
     }
 
     /// The data table (`storage.table`, or `<table>_<farm>` for DC level).
