@@ -149,9 +149,7 @@ public class SolusDedupFunction<T> extends RichAsyncFunction<T, T> {
     }
 
     private CompletableFuture<Boolean> addIfAbsent(SolusClient c, byte[] entityBytes, byte[] recordIdBytes) {
-        // Until the client's addIfAbsent(deduper, entity, recordId) is merged, the record id is
-        // not sent: replays are then answered by the entity alone (the fault this id fixes).
-        return c.addIfAbsent(deduper, entityBytes);
+        return c.addIfAbsent(deduper, entityBytes, recordIdBytes);
     }
 
     /**
