@@ -70,8 +70,8 @@ start_solus() {
         SOLUS__SERVER__LISTEN="$addr" SOLUS__METRICS__LISTEN= SOLUS__STORAGE__EMBEDDED__PATH="$work/data" NO_COLOR=1 \
         "$solus" serve >>"$work/solus.log" 2>&1 &
     solus_pid=$!
-    for _ in $(seq 1 600); do
-        if "$solus" deduper list --addr "$addr" --client pipeline >/dev/null 2>&1; then return 0; fi
+    for _ in $(seq 1 300); do
+        if timeout 10 "$solus" deduper list --addr "$addr" --client pipeline >/dev/null 2>&1; then return 0; fi
         if ! kill -0 "$solus_pid" 2>/dev/null; then break; fi
         sleep 0.5
     done
