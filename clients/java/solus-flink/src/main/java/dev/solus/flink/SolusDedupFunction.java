@@ -132,7 +132,7 @@ public class SolusDedupFunction<T> extends RichAsyncFunction<T, T> {
         CompletableFuture<Boolean> answer;
         try {
             outstanding.put(resultFuture, result);
-            answer = addIfAbsent(c, entity.apply(input), recordId.apply(input));
+            answer = c.addIfAbsent(deduper, entity.apply(input), recordId.apply(input));
         } catch (RuntimeException e) {
             outstanding.remove(resultFuture);
             result.fail(e);
@@ -146,10 +146,6 @@ public class SolusDedupFunction<T> extends RichAsyncFunction<T, T> {
                 result.complete(isNew ? List.of(input) : Collections.emptyList());
             }
         });
-    }
-
-    private CompletableFuture<Boolean> addIfAbsent(SolusClient c, byte[] entityBytes, byte[] recordIdBytes) {
-        return c.addIfAbsent(deduper, entityBytes, recordIdBytes);
     }
 
     /**
@@ -170,7 +166,8 @@ public class SolusDedupFunction<T> extends RichAsyncFunction<T, T> {
         if (result != null) {
             result.fail(error); // the client's late answer, if any, is then ignored
         } else {
-            resultFuture.completeExceptionally(error); // not one of ours (e.g. a retry wrapper)
+            // Answered meanwhile (Flink ignores a second completion) or not one of ours.
+            resultFuture.completeExceptionally(error);
         }
         closeClient();
     }
