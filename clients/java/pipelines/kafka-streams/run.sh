@@ -63,16 +63,12 @@ trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
-echo "kafka pipeline: building the Java client and the pipeline (Maven)"
-(cd "$repo/clients/java" && mvn -B -q install -DskipTests)
-# This checkout's client jars, copied at once: the pipeline runs on them, not on whatever another
-# build on this machine installs into ~/.m2 meanwhile under the same SNAPSHOT version.
-mkdir -p "$work/lib"
-cp "$repo/clients/java/solus-client/target/solus-client-0.1.0-SNAPSHOT.jar" \
-    "$repo/clients/java/solus-kafka-streams/target/solus-kafka-streams-0.1.0-SNAPSHOT.jar" "$work/lib/"
-(cd "$here" && mvn -B -q package -DskipTests && mvn -B -q dependency:build-classpath -Dmdep.outputFile="$work/classpath.m2" >/dev/null)
-{ printf '%s' "$here/target/classes:$work/lib/solus-client-0.1.0-SNAPSHOT.jar:$work/lib/solus-kafka-streams-0.1.0-SNAPSHOT.jar"
-  tr ':' '\n' <"$work/classpath.m2" | grep -v '/dev/solus/' | sed 's/^/:/' | tr -d '\n'; } >"$work/classpath"
+# One reactor: this checkout's client and adapter, not whatever another checkout last put in
+# ~/.m2 under the same SNAPSHOT version (a concurrent install there once swapped the adapter's
+# jar under a running instance).
+echo "kafka pipeline: building the Java client, the Kafka Streams adapter and the pipeline (Maven)"
+(cd "$repo/clients/java" && mvn -B -q -P pipelines -pl pipelines/kafka-streams -am package dependency:build-classpath \
+    -DskipTests -Dmdep.outputFile="$work/classpath" >/dev/null)
 
 kafka_port="$(free_port)"
 "$repo/deploy/kafka/standalone.sh" start "$work/kafka" "$kafka_port"
@@ -94,7 +90,7 @@ done
 echo "kafka pipeline: $("$solus" --version) at $addr; Kafka on 127.0.0.1:$kafka_port"
 
 set +e
-java -Xmx512m -XX:+UseSerialGC -cp "$(cat "$work/classpath")" dev.solus.pipelines.kafka.Run \
+java -Xmx512m -XX:+UseSerialGC -cp "$here/target/classes:$(cat "$work/classpath")" dev.solus.pipelines.kafka.Run \
     --bootstrap "127.0.0.1:$kafka_port" --solus "$addr" --names "$names" --work "$work" "$@" &
 run_pid=$!
 wait "$run_pid"
