@@ -323,3 +323,178 @@ impl Store for ClockBoundStore {
         self.inner.flush()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::sizing::Geometry;
+    use crate::deduper::Level;
+
+    /// A store whose every call succeeds and whose clock offset the test sets.
+    struct Fake {
+        offset: Mutex<Result<Option<ClockOffset>, String>>,
+    }
+
+    impl Fake {
+        fn set(&self, offset: Result<Option<ClockOffset>, String>) {
+            *self.offset.lock().unwrap() = offset;
+        }
+    }
+
+    impl Store for Fake {
+        fn kind(&self) -> &'static str {
+            "fake"
+        }
+        fn read_bits(&self, _: &Deduper, bits: &[BitAddr]) -> Result<Vec<Cell>, StorageError> {
+            Ok(vec![Cell::default(); bits.len()])
+        }
+        fn write_bits(&self, _: &Deduper, _: &[BitAddr], _: i64) -> Result<(), StorageError> {
+            Ok(())
+        }
+        fn read_and_write_bits(
+            &self,
+            _: &Deduper,
+            bits: &[BitAddr],
+            _: i64,
+            _: &mut BeforeWrite<'_>,
+        ) -> Result<Vec<Cell>, StorageError> {
+            Ok(vec![Cell::default(); bits.len()])
+        }
+        fn create_deduper(&self, _: &Deduper) -> Result<(), StorageError> {
+            Ok(())
+        }
+        fn update_deduper(&self, _: &str, _: &str, _: &Change<'_>) -> Result<Option<Deduper>, StorageError> {
+            Ok(None)
+        }
+        fn get_deduper(&self, _: &str, _: &str) -> Result<Option<Deduper>, StorageError> {
+            Ok(None)
+        }
+        fn list_dedupers(&self, _: &str, _: bool) -> Result<Vec<Deduper>, StorageError> {
+            Ok(Vec::new())
+        }
+        fn delete_deduper(&self, _: &Deduper) -> Result<bool, StorageError> {
+            Ok(true)
+        }
+        fn bit_stats(&self, _: &Deduper, _: i64, _: u64, _: u64) -> Result<BitStats, StorageError> {
+            Ok(BitStats::default())
+        }
+        fn remember_request(&self, _: &RequestKey, _: &[u8], _: i64) -> Result<Option<Vec<u8>>, StorageError> {
+            Ok(None)
+        }
+        fn recall_request(&self, _: &RequestKey) -> Result<Option<Vec<u8>>, StorageError> {
+            Ok(None)
+        }
+        fn remember_records(&self, _: &Deduper, _: &[(&[u8], RecordFingerprint)], _: i64) -> Result<(), StorageError> {
+            Ok(())
+        }
+        fn recall_records(
+            &self,
+            _: &Deduper,
+            ids: &[&[u8]],
+            _: i64,
+        ) -> Result<Vec<Option<RecordFingerprint>>, StorageError> {
+            Ok(vec![None; ids.len()])
+        }
+        fn clock_offset(&self) -> Result<Option<ClockOffset>, StorageError> {
+            self.offset.lock().unwrap().clone().map_err(StorageError::Unavailable)
+        }
+        fn ping(&self) -> Result<(), StorageError> {
+            Ok(())
+        }
+        fn flush(&self) -> Result<(), StorageError> {
+            Ok(())
+        }
+    }
+
+    fn offset(offset_ms: i64) -> Result<Option<ClockOffset>, String> {
+        Ok(Some(ClockOffset { offset_ms, error_ms: 2 }))
+    }
+
+    fn bound(max_offset_ms: u64, start: Result<Option<ClockOffset>, String>) -> (Arc<Fake>, ClockBoundStore) {
+        let fake = Arc::new(Fake {
+            offset: Mutex::new(start),
+        });
+        let store = ClockBoundStore::new(fake.clone(), max_offset_ms, "the.setting");
+        (fake, store)
+    }
+
+    fn deduper() -> Deduper {
+        let g = Geometry {
+            hash_functions: 3,
+            shards: 1,
+            bits_per_shard: 100,
+        };
+        Deduper::new("c", "d", g, 60, Level::Global, 0)
+    }
+
+    /// (write allowed, clock-dependent read allowed, config read allowed).
+    fn allowed(s: &ClockBoundStore) -> (bool, bool, bool) {
+        let d = deduper();
+        let bits = [BitAddr { shard: 0, bit: 1 }];
+        (
+            s.write_bits(&d, &bits, 1).is_ok(),
+            s.read_bits(&d, &bits).is_ok(),
+            s.get_deduper("c", "d").is_ok(),
+        )
+    }
+
+    #[test]
+    fn beyond_the_bound_writes_stop_reads_stop_only_ahead_and_within_again_serves() {
+        let (fake, s) = bound(500, offset(0));
+        assert!(s.ping().is_ok());
+        assert_eq!(allowed(&s), (true, true, true));
+        assert_eq!(s.min_ttl_ms(), 1000, "twice the bound");
+        // At the bound: still within.
+        fake.set(offset(-500));
+        assert!(s.ping().is_ok());
+        assert_eq!(allowed(&s), (true, true, true));
+        fake.set(offset(-120_000));
+        let e = s.ping().unwrap_err().to_string();
+        assert!(
+            e.contains("-120000 ms (+- 2 ms)") && e.contains("the.setting = 500 ms"),
+            "{e}"
+        );
+        assert_eq!(allowed(&s), (false, true, true), "behind: reads go on");
+        let refused = s.write_bits(&deduper(), &[], 1).unwrap_err().to_string();
+        assert_eq!(refused, e, "writes give the same reason");
+        fake.set(offset(2_000));
+        assert!(s.ping().is_err());
+        assert_eq!(allowed(&s), (false, false, true), "ahead: expiry reads stop too");
+        // A failed measurement keeps the last verdict.
+        fake.set(Err("HBase down".into()));
+        assert!(s.ping().is_err());
+        assert_eq!(allowed(&s), (false, false, true));
+        fake.set(offset(300));
+        assert!(s.ping().is_ok());
+        assert_eq!(allowed(&s), (true, true, true), "serves again");
+    }
+
+    #[test]
+    fn unmeasured_refuses_writes_unless_the_bound_is_off_and_unshared_passes_through() {
+        let (fake, s) = bound(500, Err("unreachable".into()));
+        assert_eq!(allowed(&s), (false, true, true));
+        assert!(
+            s.write_bits(&deduper(), &[], 1)
+                .unwrap_err()
+                .to_string()
+                .contains("not measured yet")
+        );
+        assert_eq!(s.min_ttl_ms(), 1000);
+        fake.set(offset(10));
+        assert!(s.ping().is_ok());
+        assert_eq!(allowed(&s), (true, true, true));
+
+        let (_, off) = bound(0, Err("unreachable".into()));
+        assert_eq!(allowed(&off), (true, true, true));
+        assert_eq!(off.min_ttl_ms(), 0);
+        let (fake, off) = bound(0, offset(3_600_000));
+        assert!(off.ping().is_ok(), "bound 0 measures without enforcing");
+        fake.set(offset(-3_600_000));
+        assert_eq!(allowed(&off), (true, true, true));
+
+        let (_, unshared) = bound(500, Ok(None));
+        assert!(unshared.ping().is_ok());
+        assert_eq!(allowed(&unshared), (true, true, true));
+        assert_eq!(unshared.min_ttl_ms(), 0, "no shared clock, no TTL floor");
+    }
+}
