@@ -6,6 +6,8 @@ import pytest
 
 from solus_client import AsyncSolusClient, SolusClient, SolusError
 
+from failed_call import FailedCall
+
 CLIENT = "py-test"
 
 
@@ -26,54 +28,7 @@ class DropFirstAnswer(grpc.UnaryUnaryClientInterceptor):
         if not drop:
             return call
         call.result()  # executed by the server
-        return _Lost()
-
-
-class _Lost(grpc.RpcError, grpc.Call, grpc.Future):
-    def code(self):
-        return grpc.StatusCode.UNAVAILABLE
-
-    def details(self):
-        return "answer dropped on purpose by the test"
-
-    def result(self, timeout=None):
-        raise self
-
-    def exception(self, timeout=None):
-        return self
-
-    def traceback(self, timeout=None):
-        return None
-
-    def add_done_callback(self, fn):
-        fn(self)
-
-    def cancel(self):
-        return False
-
-    def cancelled(self):
-        return False
-
-    def running(self):
-        return False
-
-    def done(self):
-        return True
-
-    def is_active(self):
-        return False
-
-    def time_remaining(self):
-        return None
-
-    def add_callback(self, callback):
-        return False
-
-    def initial_metadata(self):
-        return None
-
-    def trailing_metadata(self):
-        return None
+        return FailedCall(grpc.StatusCode.UNAVAILABLE, "answer dropped on purpose by the test")
 
 
 class AioDropFirstAnswer(grpc.aio.UnaryUnaryClientInterceptor):

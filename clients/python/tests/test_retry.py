@@ -10,16 +10,17 @@ from google.rpc import error_details_pb2, status_pb2
 from solus_client import AsyncSolusClient, SolusClient, SolusError
 from solus_client._retry import retry_delay_s
 
+from failed_call import FailedCall
+
 CLIENT = "py-retry"
 TINY_BUDGET = {"SOLUS__STORAGE__EMBEDDED__MAX_MEMORY_MIB": "1"}
 
 
-class Refusal(grpc.RpcError, grpc.Call, grpc.Future):
+class Refusal(FailedCall):
     """A failed call as grpcio hands it over, with a google.rpc.Status in its trailer
     (``retry_delay_s``: a RetryInfo detail; ``detail``: another one) or none (``bare``)."""
 
     def __init__(self, code, retry_delay_s=None, detail=None, bare=False, message="refused by the test"):
-        self._code, self._message = code, message
         status = status_pb2.Status(code=code.value[0], message=message)
         if retry_delay_s is not None:
             info = error_details_pb2.RetryInfo()
@@ -28,52 +29,8 @@ class Refusal(grpc.RpcError, grpc.Call, grpc.Future):
             status.details.add().Pack(info)
         if detail is not None:
             status.details.add().Pack(detail)
-        self._trailer = () if bare else (("grpc-status-details-bin", status.SerializeToString()),)
-
-    def code(self):
-        return self._code
-
-    def details(self):
-        return self._message
-
-    def trailing_metadata(self):
-        return self._trailer
-
-    def initial_metadata(self):
-        return ()
-
-    def result(self, timeout=None):
-        raise self
-
-    def exception(self, timeout=None):
-        return self
-
-    def traceback(self, timeout=None):
-        return None
-
-    def add_done_callback(self, fn):
-        fn(self)
-
-    def cancel(self):
-        return False
-
-    def cancelled(self):
-        return False
-
-    def running(self):
-        return False
-
-    def done(self):
-        return True
-
-    def is_active(self):
-        return False
-
-    def time_remaining(self):
-        return None
-
-    def add_callback(self, callback):
-        return False
+        trailer = () if bare else (("grpc-status-details-bin", status.SerializeToString()),)
+        super().__init__(code, message, trailing_metadata=trailer, initial_metadata=())
 
 
 def test_retryable_is_what_the_status_says():

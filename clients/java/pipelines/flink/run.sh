@@ -19,31 +19,10 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
-repo="$(cd "$here/../../../.." && pwd)"
-names="$repo/../shared/data/npm-downloads.tsv"
-
-if ! command -v java >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
-    echo "skipped: the Flink pipeline needs java (17+) and mvn on the PATH"
-    exit 0
-fi
-if [ ! -f "$names" ]; then
-    if [ "${SOLUS_REQUIRE_SHARED_DATA:-}" = 1 ]; then
-        echo "flink pipeline: $names is missing (SOLUS_REQUIRE_SHARED_DATA=1)" >&2
-        exit 1
-    fi
-    echo "skipped: the Flink pipeline needs $names (../shared/data beside the clone)"
-    exit 0
-fi
-solus="${SOLUS_BIN:-}"
-if [ -z "$solus" ]; then
-    for c in "$repo/target/release/solus" "$repo/target/debug/solus"; do
-        if [ -x "$c" ]; then solus="$c"; break; fi
-    done
-fi
-if [ -z "$solus" ] || [ ! -x "$solus" ]; then
-    echo "flink pipeline: no Solus binary: run \`cargo build --release\` at $repo or set SOLUS_BIN" >&2
-    exit 1
-fi
+label="flink pipeline"
+title="the Flink pipeline"
+source "$here/../lib.sh"
+pipeline_prerequisites
 
 work="$(mktemp -d /tmp/solus-flink-pipeline.XXXXXX)"
 solus_pid=""
@@ -55,30 +34,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# One reactor: this checkout's client and adapter, not whatever another checkout last put in
-# ~/.m2 (a concurrent install there once swapped the client jar under a running job).
 echo "flink pipeline: building the Java client, the Flink adapter and the pipeline (Maven)"
-(cd "$repo/clients/java" && mvn -B -q -P pipelines -pl pipelines/flink -am package dependency:build-classpath \
-    -DskipTests -Dmdep.outputFile="$work/classpath" >/dev/null)
+pipeline_build flink "$work/classpath"
 
-port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-addr="127.0.0.1:$port"
-# Ready = it answers a real RPC: after a kill -9 the port can accept connections while the
-# store is still recovering (a minute with ~400,000 remembered record ids on a loaded machine).
-start_solus() {
-    env -u SOLUS_BIN -u SOLUS_FLINK_KEEP -u SOLUS_FLINK_HEAP -u SOLUS_REQUIRE_SHARED_DATA \
-        SOLUS__SERVER__LISTEN="$addr" SOLUS__METRICS__LISTEN= SOLUS__STORAGE__EMBEDDED__PATH="$work/data" NO_COLOR=1 \
-        "$solus" serve >>"$work/solus.log" 2>&1 &
-    solus_pid=$!
-    for _ in $(seq 1 300); do
-        if timeout 10 "$solus" deduper list --addr "$addr" --client pipeline >/dev/null 2>&1; then return 0; fi
-        if ! kill -0 "$solus_pid" 2>/dev/null; then break; fi
-        sleep 0.5
-    done
-    echo "flink pipeline: solus serve did not answer on $addr; its log:" >&2
-    tail -30 "$work/solus.log" >&2
-    return 1
-}
+addr="127.0.0.1:$(free_port)"
 start_solus
 "$solus" deduper create --addr "$addr" --client pipeline --name flink -n 1000000 -p 0.001 --expiry-seconds 3600 >/dev/null
 echo "flink pipeline: $("$solus" --version) at $addr; deduper pipeline/flink, n = 1,000,000, p = 0.001"

@@ -19,31 +19,10 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
-repo="$(cd "$here/../../../.." && pwd)"
-names="$repo/../shared/data/npm-downloads.tsv"
-
-if ! command -v java >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
-    echo "skipped: the Kafka Streams pipeline needs java (17+) and mvn on the PATH"
-    exit 0
-fi
-if [ ! -f "$names" ]; then
-    if [ "${SOLUS_REQUIRE_SHARED_DATA:-}" = 1 ]; then
-        echo "kafka pipeline: $names is missing (SOLUS_REQUIRE_SHARED_DATA=1)" >&2
-        exit 1
-    fi
-    echo "skipped: the Kafka Streams pipeline needs $names (../shared/data beside the clone)"
-    exit 0
-fi
-solus="${SOLUS_BIN:-}"
-if [ -z "$solus" ]; then
-    for c in "$repo/target/release/solus" "$repo/target/debug/solus"; do
-        if [ -x "$c" ]; then solus="$c"; break; fi
-    done
-fi
-if [ -z "$solus" ] || [ ! -x "$solus" ]; then
-    echo "kafka pipeline: no Solus binary: run \`cargo build --release\` at $repo or set SOLUS_BIN" >&2
-    exit 1
-fi
+label="kafka pipeline"
+title="the Kafka Streams pipeline"
+source "$here/../lib.sh"
+pipeline_prerequisites
 
 t_start=$(date +%s)
 work="$(mktemp -d /tmp/solus-kafka-pipeline.XXXXXX)"
@@ -61,32 +40,14 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-
-# One reactor: this checkout's client and adapter, not whatever another checkout last put in
-# ~/.m2 under the same SNAPSHOT version (a concurrent install there once swapped the adapter's
-# jar under a running instance).
 echo "kafka pipeline: building the Java client, the Kafka Streams adapter and the pipeline (Maven)"
-(cd "$repo/clients/java" && mvn -B -q -P pipelines -pl pipelines/kafka-streams -am package dependency:build-classpath \
-    -DskipTests -Dmdep.outputFile="$work/classpath" >/dev/null)
+pipeline_build kafka-streams "$work/classpath"
 
 kafka_port="$(free_port)"
 "$repo/deploy/kafka/standalone.sh" start "$work/kafka" "$kafka_port"
 
-port="$(free_port)"
-addr="127.0.0.1:$port"
-SOLUS__SERVER__LISTEN="$addr" SOLUS__METRICS__LISTEN= SOLUS__STORAGE__EMBEDDED__PATH="$work/data" NO_COLOR=1 \
-    "$solus" serve >>"$work/solus.log" 2>&1 &
-solus_pid=$!
-for _ in $(seq 1 300); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then break; fi
-    if ! kill -0 "$solus_pid" 2>/dev/null; then
-        echo "kafka pipeline: solus serve exited during start-up; its log:" >&2
-        tail -30 "$work/solus.log" >&2
-        exit 1
-    fi
-    sleep 0.1
-done
+addr="127.0.0.1:$(free_port)"
+start_solus
 echo "kafka pipeline: $("$solus" --version) at $addr; Kafka on 127.0.0.1:$kafka_port"
 
 set +e

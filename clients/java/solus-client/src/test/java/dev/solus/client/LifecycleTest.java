@@ -13,11 +13,9 @@ import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * The life of a future: cancellation, callbacks that throw or call the client again, an
@@ -25,30 +23,8 @@ import org.junit.jupiter.api.Test;
  * which the fault was found.
  */
 class LifecycleTest {
-    private static final AtomicInteger NAMES = new AtomicInteger();
-    private static SolusServer server;
-
-    @BeforeAll
-    static void startServer() {
-        server = SolusServer.start();
-    }
-
-    @AfterAll
-    static void stopServer() {
-        if (server != null) {
-            server.close();
-        }
-    }
-
-    private static SolusClient.Builder client(SolusServer s) {
-        return SolusClient.builder().address(s.address()).clientId("java-lifecycle");
-    }
-
-    private static String deduper(SolusClient c) {
-        String name = "l" + NAMES.incrementAndGet();
-        c.createDeduper(name, 100_000, 0.01, Duration.ofHours(1));
-        return name;
-    }
+    @RegisterExtension
+    static final SharedServer SERVER = new SharedServer("java-lifecycle", "l");
 
     private static <T> T get(CompletableFuture<T> f) throws Exception {
         return f.get(10, TimeUnit.SECONDS);
@@ -56,8 +32,8 @@ class LifecycleTest {
 
     @Test
     void cancellingOneFutureLeavesTheRestOfItsBatch() throws Exception {
-        try (SolusClient c = client(server).maxBatch(10).maxPendingRecords(10).linger(Duration.ofHours(1)).build()) {
-            String d = deduper(c);
+        try (SolusClient c = SERVER.client().maxBatch(10).maxPendingRecords(10).linger(Duration.ofHours(1)).build()) {
+            String d = SERVER.deduper(c);
             List<CompletableFuture<Boolean>> fs = new ArrayList<>();
             for (int i = 0; i < 10; i++) {
                 fs.add(c.addIfAbsent(d, "k" + i));
@@ -84,8 +60,8 @@ class LifecycleTest {
 
     @Test
     void cancellingTheFirstCallOfAnEntityDoesNotFailItsRepeat() throws Exception {
-        try (SolusClient c = client(server).linger(Duration.ofHours(1)).build()) {
-            String d = deduper(c);
+        try (SolusClient c = SERVER.client().linger(Duration.ofHours(1)).build()) {
+            String d = SERVER.deduper(c);
             CompletableFuture<Boolean> first = c.addIfAbsent(d, "x");
             CompletableFuture<Boolean> repeat = c.addIfAbsent(d, "x");
             CompletableFuture<Boolean> sameRecord1 = c.addIfAbsent(d, "y".getBytes(), "src/0/7".getBytes());
@@ -101,9 +77,9 @@ class LifecycleTest {
     @Test
     void aCallbackThatCallsTheClientDoesNotDeadlock() throws Exception {
         // One slot, one request in flight: the callback's call needs the slot of the call it follows.
-        SolusClient c = client(server).maxBatch(1).maxInFlight(1).maxPendingRecords(1).build();
+        SolusClient c = SERVER.client().maxBatch(1).maxInFlight(1).maxPendingRecords(1).build();
         try {
-            String d = deduper(c);
+            String d = SERVER.deduper(c);
             CompletableFuture<Boolean> second = c.addIfAbsent(d, "a").thenCompose(x -> c.addIfAbsent(d, "b"));
             CompletableFuture<Boolean> third = second.thenCompose(x -> c.checkAbsence(d, "a"));
             assertTrue(get(second), "b is new");
@@ -115,8 +91,8 @@ class LifecycleTest {
 
     @Test
     void aCallbackThatThrowsReturnsItsSlot() throws Exception {
-        try (SolusClient c = client(server).maxBatch(1).maxPendingRecords(1).build()) {
-            String d = deduper(c);
+        try (SolusClient c = SERVER.client().maxBatch(1).maxPendingRecords(1).build()) {
+            String d = SERVER.deduper(c);
             assertTimeoutPreemptively(Duration.ofSeconds(20), () -> {
                 // Each call needs the slot of the one before, whose callback threw.
                 for (int i = 0; i < 20; i++) {
@@ -132,8 +108,8 @@ class LifecycleTest {
     @Test
     void anInterruptWhileWaitingForASlotFailsOnlyThatCall() throws Exception {
         // One slot, held by a call whose batch waits (linger 1 h): the next calls wait for it.
-        try (SolusClient c = client(server).maxBatch(2).maxPendingRecords(1).linger(Duration.ofHours(1)).build()) {
-            String d = deduper(c);
+        try (SolusClient c = SERVER.client().maxBatch(2).maxPendingRecords(1).linger(Duration.ofHours(1)).build()) {
+            String d = SERVER.deduper(c);
             CompletableFuture<Boolean> hold = c.addIfAbsent(d, "hold");
             AtomicReference<CompletableFuture<Boolean>> interrupted = new AtomicReference<>();
             AtomicReference<Boolean> flagKept = new AtomicReference<>();
@@ -167,9 +143,9 @@ class LifecycleTest {
     void closeCompletesEveryFutureWhileTheServerIsPaused() throws Exception {
         try (SolusServer own = SolusServer.start()) {
             // Deadlines far beyond the test: only close can complete the futures.
-            SolusClient c = client(own).maxBatch(5).maxInFlight(1).maxPendingRecords(10)
+            SolusClient c = SERVER.client(own).maxBatch(5).maxInFlight(1).maxPendingRecords(10)
                     .linger(Duration.ofMillis(1)).deadline(Duration.ofSeconds(60)).build();
-            String d = deduper(c);
+            String d = SERVER.deduper(c);
             own.pause();
             try {
                 List<CompletableFuture<Boolean>> fs = new ArrayList<>();

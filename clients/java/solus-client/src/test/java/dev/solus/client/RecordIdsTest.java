@@ -10,39 +10,15 @@ import com.google.protobuf.ByteString;
 import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.atomic.AtomicInteger;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 import solus.v1.DeduperOuterClass.AddIfAbsentRequest;
 import solus.v1.DeduperOuterClass.CheckAbsenceRequest;
 
 /** Record ids through the client: what is sent, and what a call does while its entity is unanswered. */
 class RecordIdsTest {
-    private static final AtomicInteger NAMES = new AtomicInteger();
-    private static SolusServer server;
-
-    @BeforeAll
-    static void startServer() {
-        server = SolusServer.start();
-    }
-
-    @AfterAll
-    static void stopServer() {
-        if (server != null) {
-            server.close();
-        }
-    }
-
-    private static SolusClient.Builder client() {
-        return SolusClient.builder().address(server.address()).clientId("java-record-ids");
-    }
-
-    private static String deduper(SolusClient c) {
-        String name = "r" + NAMES.incrementAndGet();
-        c.createDeduper(name, 100_000, 0.01, Duration.ofHours(1));
-        return name;
-    }
+    @RegisterExtension
+    static final SharedServer SERVER = new SharedServer("java-record-ids", "r");
 
     private static byte[] b(String s) {
         return s.getBytes(UTF_8);
@@ -51,8 +27,8 @@ class RecordIdsTest {
     @Test
     void aBatchCarriesOneRecordIdPerEntityOrNone() {
         CaptureRequests capture = new CaptureRequests();
-        try (SolusClient c = client().intercept(capture).maxBatch(3).linger(Duration.ofHours(1)).build()) {
-            String d = deduper(c);
+        try (SolusClient c = SERVER.client().intercept(capture).maxBatch(3).linger(Duration.ofHours(1)).build()) {
+            String d = SERVER.deduper(c);
             List<CompletableFuture<Boolean>> withIds = List.of(
                     c.addIfAbsent(d, b("a"), b("src/0/1")), c.addIfAbsent(d, b("b")), c.addIfAbsent(d, b("c"), b("src/0/3")));
             List<CompletableFuture<Boolean>> without = List.of(
@@ -77,8 +53,8 @@ class RecordIdsTest {
 
     @Test
     void aRecordIdOver128BytesIsRefusedAtTheCall() {
-        try (SolusClient c = client().build()) {
-            String d = deduper(c);
+        try (SolusClient c = SERVER.client().build()) {
+            String d = SERVER.deduper(c);
             IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
                     () -> c.addIfAbsent(d, b("k"), new byte[129]));
             assertEquals("record id of 129 bytes refused: record ids are 0 to 128 bytes", e.getMessage());
@@ -90,8 +66,8 @@ class RecordIdsTest {
     @Test
     void aCallWhoseEntityIsUnansweredSharesSendsLaterOrIsPresent() {
         CaptureRequests capture = new CaptureRequests();
-        try (SolusClient c = client().intercept(capture).linger(Duration.ofMillis(200)).build()) {
-            String d = deduper(c);
+        try (SolusClient c = SERVER.client().intercept(capture).linger(Duration.ofMillis(200)).build()) {
+            String d = SERVER.deduper(c);
             CompletableFuture<Boolean> first = c.addIfAbsent(d, b("X"), b("src/0/1"));
             CompletableFuture<Boolean> sameRecord = c.addIfAbsent(d, b("X"), b("src/0/1"));
             CompletableFuture<Boolean> noId = c.addIfAbsent(d, b("X"));
@@ -109,8 +85,8 @@ class RecordIdsTest {
 
     @Test
     void aReplayedRecordIsAnsweredNewAgain() {
-        try (SolusClient c = client().build()) {
-            String d = deduper(c);
+        try (SolusClient c = SERVER.client().build()) {
+            String d = SERVER.deduper(c);
             assertTrue(c.addIfAbsent(d, b("X"), b("src/0/1")).join(), "first occurrence");
             assertTrue(c.addIfAbsent(d, b("X"), b("src/0/1")).join(), "its replay: new again");
             assertFalse(c.addIfAbsent(d, b("X"), b("src/0/2")).join(), "another record of X: present");
@@ -124,12 +100,12 @@ class RecordIdsTest {
     @Test
     void aReplayBehindAnUnansweredOtherRecordOfItsEntityIsNotDropped() {
         String d;
-        try (SolusClient first = client().build()) {
-            d = deduper(first);
+        try (SolusClient first = SERVER.client().build()) {
+            d = SERVER.deduper(first);
             assertTrue(first.addIfAbsent(d, b("X"), b("src/0/1")).join(), "answered new, then the task died");
         }
         // The next owner: a later record of X is still unanswered when the replay of src/0/1 comes.
-        try (SolusClient next = client().linger(Duration.ofMillis(100)).build()) {
+        try (SolusClient next = SERVER.client().linger(Duration.ofMillis(100)).build()) {
             CompletableFuture<Boolean> later = next.addIfAbsent(d, b("X"), b("src/0/2"));
             CompletableFuture<Boolean> replay = next.addIfAbsent(d, b("X"), b("src/0/1"));
             assertFalse(later.join(), "src/0/2 is a duplicate of X");
@@ -144,8 +120,8 @@ class RecordIdsTest {
         // Each group waits one linger (50 ms) plus a round trip: a slow machine making the calls
         // over a few hundred ms gets a few groups more, never one request per record.
         CaptureRequests capture = new CaptureRequests();
-        try (SolusClient c = client().intercept(capture).linger(Duration.ofMillis(50)).build()) {
-            String d = deduper(c);
+        try (SolusClient c = SERVER.client().intercept(capture).linger(Duration.ofMillis(50)).build()) {
+            String d = SERVER.deduper(c);
             List<CompletableFuture<Boolean>> fs = new java.util.ArrayList<>();
             for (int i = 0; i < 1000; i++) {
                 fs.add(c.addIfAbsent(d, b("hot"), b("src/0/" + i)));

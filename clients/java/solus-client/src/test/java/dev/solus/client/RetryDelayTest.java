@@ -14,25 +14,13 @@ import io.grpc.protobuf.StatusProto;
 import java.util.List;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.TimeUnit;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /** The client waits at least the server's retry_delay, and retries nothing the server did not mark. */
 class RetryDelayTest {
-    private static SolusServer server;
-
-    @BeforeAll
-    static void startServer() {
-        server = SolusServer.start();
-    }
-
-    @AfterAll
-    static void stopServer() {
-        if (server != null) {
-            server.close();
-        }
-    }
+    @RegisterExtension
+    static final SharedServer SERVER = new SharedServer("java-delay");
 
     private static StatusRuntimeException refusal(Status.Code code, Long retryDelayMs) {
         com.google.rpc.Status.Builder st = com.google.rpc.Status.newBuilder().setCode(code.value()).setMessage("refused by the test");
@@ -46,7 +34,7 @@ class RetryDelayTest {
     @Test
     void aRetryWaitsAtLeastTheServersRetryDelayPlusBackoff() {
         RefuseFirst refuse = new RefuseFirst(refusal(Status.Code.RESOURCE_EXHAUSTED, 300L), 3);
-        try (SolusClient c = SolusClient.builder().address(server.address()).clientId("java-delay").intercept(refuse)
+        try (SolusClient c = SERVER.client().intercept(refuse)
                 .backoff(java.time.Duration.ofMillis(20), java.time.Duration.ofMillis(40)).build()) {
             // Admin and data calls alike: the first three attempts (of all calls) are refused.
             assertEquals("delayed", c.createDeduper("delayed", 1000, 0.01, java.time.Duration.ofHours(1)).getName());
@@ -63,7 +51,7 @@ class RetryDelayTest {
     @Test
     void aDataCallRefusedWithoutRetryInfoFailsAfterOneAttempt() {
         RefuseFirst refuse = new RefuseFirst(refusal(Status.Code.UNAVAILABLE, null), 1);
-        try (SolusClient c = SolusClient.builder().address(server.address()).clientId("java-delay").intercept(refuse).build()) {
+        try (SolusClient c = SERVER.client().intercept(refuse).build()) {
             CompletionException e = assertThrows(CompletionException.class, () -> c.addIfAbsent("any", "x").join());
             SolusException se = assertInstanceOf(SolusException.class, e.getCause());
             assertEquals(Status.Code.UNAVAILABLE, se.code());
@@ -76,9 +64,9 @@ class RetryDelayTest {
     void aDataCallRefusedWithRetryInfoIsRetriedWithTheSameRequest() {
         RefuseFirst refuse = new RefuseFirst(refusal(Status.Code.UNAVAILABLE, 50L), 2);
         CaptureRequests capture = new CaptureRequests();
-        try (SolusClient c = SolusClient.builder().address(server.address()).clientId("java-delay").intercept(capture, refuse)
+        try (SolusClient c = SERVER.client().intercept(capture, refuse)
                 .backoff(java.time.Duration.ofMillis(5), java.time.Duration.ofMillis(10)).build()) {
-            try (SolusClient admin = SolusClient.builder().address(server.address()).clientId("java-delay").build()) {
+            try (SolusClient admin = SERVER.client().build()) {
                 admin.createDeduper("retried", 1000, 0.01, java.time.Duration.ofHours(1));
             }
             assertTrue(c.addIfAbsent("retried", "x".getBytes(), "src/0/1".getBytes()).join());
@@ -91,7 +79,7 @@ class RetryDelayTest {
     @Test
     void aBareCancelledFromAServerShuttingDownIsRetried() {
         RefuseFirst refuse = new RefuseFirst(Status.CANCELLED.withDescription("raced a GOAWAY").asRuntimeException(), 1);
-        try (SolusClient c = SolusClient.builder().address(server.address()).clientId("java-delay").intercept(refuse)
+        try (SolusClient c = SERVER.client().intercept(refuse)
                 .backoff(java.time.Duration.ofMillis(5), java.time.Duration.ofMillis(10)).build()) {
             assertEquals("goaway", c.createDeduper("goaway", 1000, 0.01, java.time.Duration.ofHours(1)).getName());
             assertEquals(2, refuse.starts().size(), "retried once");

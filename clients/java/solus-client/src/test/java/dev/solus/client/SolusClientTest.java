@@ -12,40 +12,14 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
-import java.util.concurrent.atomic.AtomicInteger;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 import solus.v1.DeduperOuterClass.Deduper;
 
 class SolusClientTest {
     private static final String CLIENT = "java-test";
-    private static final AtomicInteger NAMES = new AtomicInteger();
-    private static SolusServer server;
-
-    @BeforeAll
-    static void startServer() {
-        server = SolusServer.start();
-    }
-
-    @AfterAll
-    static void stopServer() {
-        if (server != null) {
-            server.close();
-        }
-    }
-
-    private static SolusClient.Builder client() {
-        return SolusClient.builder().address(server.address()).clientId(CLIENT);
-    }
-
-    /** A fresh deduper of n = 100,000, p = 1%. */
-    private static String deduper(SolusClient c) {
-        String name = "d" + NAMES.incrementAndGet();
-        Deduper d = c.createDeduper(name, 100_000, 0.01, Duration.ofHours(1));
-        assertEquals(name, d.getName());
-        return name;
-    }
+    @RegisterExtension
+    static final SharedServer SERVER = new SharedServer(CLIENT, "d");
 
     private static List<Boolean> joinAll(List<CompletableFuture<Boolean>> fs) {
         List<Boolean> out = new ArrayList<>(fs.size());
@@ -58,36 +32,36 @@ class SolusClientTest {
     @Test
     void recordsAreCoalescedIntoFullBatches() {
         // A linger far longer than the test: only a full batch is ever sent.
-        try (SolusClient c = client().maxBatch(100).linger(Duration.ofHours(1)).build()) {
-            String d = deduper(c);
-            long before = server.requests("AddIfAbsent", "OK");
+        try (SolusClient c = SERVER.client().maxBatch(100).linger(Duration.ofHours(1)).build()) {
+            String d = SERVER.deduper(c);
+            long before = SERVER.server().requests("AddIfAbsent", "OK");
             List<CompletableFuture<Boolean>> fs = new ArrayList<>();
             for (int i = 0; i < 1000; i++) {
                 fs.add(c.addIfAbsent(d, "batch-" + i));
             }
             assertTrue(joinAll(fs).stream().allMatch(b -> b), "1,000 distinct entities are all new");
-            assertEquals(10, server.requests("AddIfAbsent", "OK") - before, "1,000 entities in batches of 100");
+            assertEquals(10, SERVER.server().requests("AddIfAbsent", "OK") - before, "1,000 entities in batches of 100");
         }
     }
 
     @Test
     void lingerSendsAPartialBatch() {
-        try (SolusClient c = client().maxBatch(1000).linger(Duration.ofMillis(20)).build()) {
-            String d = deduper(c);
-            long before = server.requests("CheckAbsence", "OK");
+        try (SolusClient c = SERVER.client().maxBatch(1000).linger(Duration.ofMillis(20)).build()) {
+            String d = SERVER.deduper(c);
+            long before = SERVER.server().requests("CheckAbsence", "OK");
             List<CompletableFuture<Boolean>> fs = new ArrayList<>();
             for (int i = 0; i < 7; i++) {
                 fs.add(c.checkAbsence(d, "linger-" + i));
             }
             assertEquals(List.of(true, true, true, true, true, true, true), joinAll(fs));
-            assertEquals(1, server.requests("CheckAbsence", "OK") - before, "7 entities, one request");
+            assertEquals(1, SERVER.server().requests("CheckAbsence", "OK") - before, "7 entities, one request");
         }
     }
 
     @Test
     void answersKeepTheOrderOfCallsAndInBatchDuplicatesArePresent() {
-        try (SolusClient c = client().maxBatch(4).maxInFlight(4).linger(Duration.ofMillis(2)).build()) {
-            String d = deduper(c);
+        try (SolusClient c = SERVER.client().maxBatch(4).maxInFlight(4).linger(Duration.ofMillis(2)).build()) {
+            String d = SERVER.deduper(c);
             String[] keys = {"a", "b", "a", "c", "b", "d", "a", "e", "f", "c"};
             List<CompletableFuture<Boolean>> fs = new ArrayList<>();
             for (String k : keys) {
@@ -107,8 +81,8 @@ class SolusClientTest {
     void repeatsSpreadOverConcurrentBatchesAreNewOnlyTheFirstTime() {
         // Batches of 7 over 8 requests in flight: the repeats of a key would land in different
         // requests racing each other; the first call of each key is the one answered new.
-        try (SolusClient c = client().maxBatch(7).maxInFlight(8).linger(Duration.ofMillis(1)).build()) {
-            String d = deduper(c);
+        try (SolusClient c = SERVER.client().maxBatch(7).maxInFlight(8).linger(Duration.ofMillis(1)).build()) {
+            String d = SERVER.deduper(c);
             int keys = 500;
             int copies = 4;
             List<CompletableFuture<Boolean>> fs = new ArrayList<>();
@@ -128,8 +102,8 @@ class SolusClientTest {
 
     @Test
     void addThenCheckAbsence() {
-        try (SolusClient c = client().build()) {
-            String d = deduper(c);
+        try (SolusClient c = SERVER.client().build()) {
+            String d = SERVER.deduper(c);
             List<CompletableFuture<Void>> adds = new ArrayList<>();
             for (int i = 0; i < 50; i++) {
                 adds.add(c.add(d, "added-" + i));
@@ -152,10 +126,10 @@ class SolusClientTest {
 
     @Test
     void backpressureWithOneRequestInFlightAndFewPendingRecords() {
-        try (SolusClient c = client().maxBatch(10).maxInFlight(1).maxPendingRecords(25)
+        try (SolusClient c = SERVER.client().maxBatch(10).maxInFlight(1).maxPendingRecords(25)
                 .linger(Duration.ofMillis(1)).build()) {
-            String d = deduper(c);
-            long before = server.requests("AddIfAbsent", "OK");
+            String d = SERVER.deduper(c);
+            long before = SERVER.server().requests("AddIfAbsent", "OK");
             List<CompletableFuture<Boolean>> fs = new ArrayList<>();
             for (int i = 0; i < 2000; i++) {
                 fs.add(c.addIfAbsent(d, "bp-" + (i % 1000)));
@@ -164,14 +138,14 @@ class SolusClientTest {
             for (int i = 0; i < 2000; i++) {
                 assertEquals(i < 1000, got.get(i), "entity " + i);
             }
-            assertTrue(server.requests("AddIfAbsent", "OK") - before >= 200, "batches of at most 10");
+            assertTrue(SERVER.server().requests("AddIfAbsent", "OK") - before >= 200, "batches of at most 10");
         }
     }
 
     @Test
     void adminCalls() {
-        try (SolusClient c = client().build()) {
-            String d = deduper(c);
+        try (SolusClient c = SERVER.client().build()) {
+            String d = SERVER.deduper(c);
             Deduper got = c.getDeduper(d);
             assertEquals(100_000, got.getExpectedInsertions());
             assertEquals(0.01, got.getFalsePositiveRate());
@@ -200,7 +174,7 @@ class SolusClientTest {
 
     @Test
     void refusedCallsFailAtOnce() {
-        try (SolusClient c = client().build()) {
+        try (SolusClient c = SERVER.client().build()) {
             assertEquals(Status.Code.NOT_FOUND, failure(c.addIfAbsent("no-such-deduper", "x")).code());
             assertEquals(Status.Code.INVALID_ARGUMENT, failure(c.addIfAbsent("d", new byte[0])).code());
             assertEquals(Status.Code.INVALID_ARGUMENT, failure(c.checkAbsence("d", new byte[5000])).code());
@@ -210,12 +184,12 @@ class SolusClientTest {
     @Test
     void aDroppedAnswerIsRetriedWithTheSameRequestIdAndStillSaysNew() {
         DropResponses drop = new DropResponses("solus.v1.DeduperService/AddIfAbsent", 1);
-        try (SolusClient c = client().intercept(drop).linger(Duration.ofHours(1)).backoff(Duration.ofMillis(10), Duration.ofMillis(50)).build()) {
+        try (SolusClient c = SERVER.client().intercept(drop).linger(Duration.ofHours(1)).backoff(Duration.ofMillis(10), Duration.ofMillis(50)).build()) {
             String d;
-            try (SolusClient admin = client().build()) {
-                d = deduper(admin);
+            try (SolusClient admin = SERVER.client().build()) {
+                d = SERVER.deduper(admin);
             }
-            long before = server.requests("AddIfAbsent", "OK");
+            long before = SERVER.server().requests("AddIfAbsent", "OK");
             List<CompletableFuture<Boolean>> fs = new ArrayList<>();
             for (int i = 0; i < 20; i++) {
                 fs.add(c.addIfAbsent(d, "lost-" + i));
@@ -223,7 +197,7 @@ class SolusClientTest {
             c.flush();
             assertTrue(joinAll(fs).stream().allMatch(b -> b), "every entity is new despite the lost answer");
             assertEquals(1, drop.dropped(), "one answer was lost");
-            assertEquals(2, server.requests("AddIfAbsent", "OK") - before,
+            assertEquals(2, SERVER.server().requests("AddIfAbsent", "OK") - before,
                     "the server executed the first attempt and answered the retry");
             // The entities really were written by the first attempt: a fresh request sees them.
             CompletableFuture<Boolean> again = c.addIfAbsent(d, "lost-3");
@@ -249,9 +223,9 @@ class SolusClientTest {
     @Test
     void retriesAcrossAServerRestartNeverTurnNewIntoPresent() {
         try (SolusServer own = SolusServer.start();
-                SolusClient c = SolusClient.builder().address(own.address()).clientId(CLIENT).maxBatch(100)
+                SolusClient c = SERVER.client(own).maxBatch(100)
                         .maxPendingRecords(10_000).maxAttempts(100).backoff(Duration.ofMillis(20), Duration.ofMillis(300)).build()) {
-            String d = deduper(c);
+            String d = SERVER.deduper(c);
             List<CompletableFuture<Boolean>> fs = new ArrayList<>();
             for (int i = 0; i < 3000; i++) {
                 fs.add(c.addIfAbsent(d, "restart-" + i));

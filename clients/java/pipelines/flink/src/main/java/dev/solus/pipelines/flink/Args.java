@@ -1,15 +1,14 @@
 package dev.solus.pipelines.flink;
 
+import dev.solus.pipelines.common.WorkloadOptions;
+
 /** FlinkPipeline's command line: {@code --name value} pairs, each with a default. */
 final class Args {
     String addr = "127.0.0.1:50051";
     String client = "pipeline";
     String deduper = "flink";
-    String names = "../shared/data/npm-downloads.tsv";
+    final WorkloadOptions workload = new WorkloadOptions();
     String work = "target/pipeline-work";
-    int records = 1_000_000;
-    double repeats = 0.3;
-    long seed = 18;
     int parallelism = 2;
     long checkpointMs = 1000;
     int batch = 500;
@@ -22,20 +21,12 @@ final class Args {
 
     static Args parse(String[] argv) {
         Args a = new Args();
-        for (int i = 0; i < argv.length; i += 2) {
-            if (i + 1 >= argv.length) {
-                throw new IllegalArgumentException(argv[i] + " needs a value");
-            }
-            String v = argv[i + 1];
-            switch (argv[i]) {
+        a.workload.parse(argv, (name, v) -> {
+            switch (name) {
                 case "--addr" -> a.addr = v;
                 case "--client" -> a.client = v;
                 case "--deduper" -> a.deduper = v;
-                case "--names" -> a.names = v;
                 case "--work" -> a.work = v;
-                case "--records" -> a.records = Integer.parseInt(v);
-                case "--repeats" -> a.repeats = Double.parseDouble(v);
-                case "--seed" -> a.seed = Long.parseLong(v);
                 case "--parallelism" -> a.parallelism = Integer.parseInt(v);
                 case "--checkpoint-ms" -> a.checkpointMs = Long.parseLong(v);
                 case "--batch" -> a.batch = Integer.parseInt(v);
@@ -48,16 +39,16 @@ final class Args {
                     case "off" -> false;
                     default -> throw new IllegalArgumentException("--record-ids is on or off, got " + v);
                 };
-                default -> throw new IllegalArgumentException("unknown option " + argv[i]
+                default -> throw new IllegalArgumentException("unknown option " + name
                         + " (known: --addr --client --deduper --names --work --records --repeats --seed --parallelism"
                         + " --checkpoint-ms --batch --capacity --fail-at --restart-from --max-seconds --record-ids)");
             }
-        }
+        });
         if (a.failAt < 0) {
-            a.failAt = a.records / 4;
+            a.failAt = a.workload.records / 4;
         }
         if (a.restartFrom < 0) {
-            a.restartFrom = a.records * 4L / 5;
+            a.restartFrom = a.workload.records * 4L / 5;
         }
         return a;
     }

@@ -2,6 +2,8 @@ package dev.solus.pipelines.flink;
 
 import dev.solus.client.SolusClient;
 import dev.solus.flink.SolusDedupFunction;
+import dev.solus.pipelines.common.FalsePositives;
+import dev.solus.pipelines.common.Workload;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -53,7 +55,7 @@ public final class FlinkPipeline {
         Files.createDirectories(out);
 
         long t0 = System.nanoTime();
-        Workload w = Workload.of(a.names, a.records, a.repeats, a.seed);
+        Workload w = a.workload.workload();
         System.out.printf(Locale.ROOT, "workload: %,d records, %,d distinct ids, %,d repeats (built in %.1f s)%n",
                 w.records(), w.distinct(), w.records() - w.distinct(), (System.nanoTime() - t0) / 1e9);
 
@@ -87,8 +89,8 @@ public final class FlinkPipeline {
 
         StreamExecutionEnvironment env = StreamExecutionEnvironment.createLocalEnvironment(a.parallelism, conf);
         DataStream<Event> events = env
-                .fromSource(new NumberSequenceSource(0, a.records - 1), WatermarkStrategy.noWatermarks(), "indexes")
-                .map(new ToEvent(a.names, a.records, a.repeats, a.seed)).name("index to id")
+                .fromSource(new NumberSequenceSource(0, a.workload.records - 1), WatermarkStrategy.noWatermarks(), "indexes")
+                .map(new ToEvent(a.workload.names, a.workload.records, a.workload.repeats, a.workload.seed)).name("index to id")
                 .map(new FailOnce(a.failAt, work.resolve("injected-failure"))).name("fail once")
                 .map(new RequestSolusRestart(a.restartFrom, work.resolve("injected-failure"),
                         work.resolve("solus-restart.request"))).name("ask for a Solus restart");

@@ -1,5 +1,6 @@
 package dev.solus.pipelines.flink;
 
+import dev.solus.pipelines.common.Workload;
 import java.io.BufferedReader;
 import java.io.IOException;
 import java.io.UncheckedIOException;

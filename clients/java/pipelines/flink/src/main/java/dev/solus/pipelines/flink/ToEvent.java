@@ -1,5 +1,6 @@
 package dev.solus.pipelines.flink;
 
+import dev.solus.pipelines.common.Workload;
 import org.apache.flink.api.common.functions.OpenContext;
 import org.apache.flink.api.common.functions.RichMapFunction;
 

@@ -1,5 +1,6 @@
 package dev.solus.pipelines.kafka;
 
+import dev.solus.pipelines.common.Workload;
 import java.util.List;
 import java.util.Properties;
 import java.util.concurrent.ExecutionException;

@@ -1,6 +1,8 @@
 package dev.solus.pipelines.kafka;
 
 import dev.solus.client.SolusClient;
+import dev.solus.pipelines.common.FalsePositives;
+import dev.solus.pipelines.common.Workload;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -40,9 +42,9 @@ public final class Run {
         Path work = Path.of(a.work);
         Files.createDirectories(work);
         long t0 = System.nanoTime();
-        Workload w = Workload.of(a.names, a.records, a.repeats, a.seed);
+        Workload w = a.workload.workload();
         System.out.printf(Locale.ROOT, "workload: %,d records, %,d distinct ids, %,d repeats, seed %d%n",
-                w.records(), w.distinct(), w.records() - w.distinct(), a.seed);
+                w.records(), w.distinct(), w.records() - w.distinct(), a.workload.seed);
 
         Deduper d;
         try (SolusClient solus = SolusClient.builder().address(a.solus).clientId("pipeline").build()) {

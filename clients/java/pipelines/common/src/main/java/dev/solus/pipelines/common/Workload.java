@@ -1,4 +1,4 @@
-package dev.solus.pipelines.kafka;
+package dev.solus.pipelines.common;
 
 import java.io.BufferedReader;
 import java.io.IOException;
@@ -16,9 +16,10 @@ import java.util.Map;
  * The pipeline's input, a pure function of (names file, records, repeat fraction, seed): record
  * {@code i} is a repeat of a uniformly drawn earlier record with probability {@code repeats},
  * otherwise a new id, a package name drawn in proportion to its monthly downloads (a name drawn
- * again gets a {@code #k} suffix, so every new id is distinct). The same rule and hash as the
- * Flink pipeline's workload (clients/java/pipelines/flink), so both pipelines see the same ids
- * for the same seed.
+ * again gets a {@code #k} suffix, so every new id is distinct). Both pipelines use it, so they
+ * see the same ids for the same seed. Flink's source emits indexes and the job maps them to ids,
+ * so a replay from any checkpoint sees the same records and the index is a record id stable
+ * across replays.
  */
 public final class Workload {
     private static final Map<String, Workload> CACHE = new HashMap<>();
@@ -50,7 +51,7 @@ public final class Workload {
         distinct = newIds;
     }
 
-    /** The workload of these parameters, built once per JVM. */
+    /** The workload of these parameters, built once per JVM (the Flink MiniCluster's tasks share it). */
     public static synchronized Workload of(String namesFile, int records, double repeats, long seed) {
         String key = namesFile + "|" + records + "|" + repeats + "|" + seed;
         Workload w = CACHE.get(key);

@@ -1,4 +1,4 @@
-package dev.solus.pipelines.flink;
+package dev.solus.pipelines.common;
 
 /**
  * Expected false positives of a run: the sum, over the checks of new ids, of the Bloom filter's
@@ -6,12 +6,12 @@ package dev.solus.pipelines.flink;
  * (k hash functions, m = shards x bits_per_shard bits). Each false positive drops a new id, so
  * the lost ids should be about this many; the pass bound allows 4 standard deviations.
  */
-final class FalsePositives {
+public final class FalsePositives {
     private FalsePositives() {
     }
 
     /** Expected false positives over {@code newIds} first occurrences. */
-    static double expected(long newIds, int k, double m) {
+    public static double expected(long newIds, int k, double m) {
         double sum = 0;
         for (long j = 0; j < newIds; j++) {
             sum += Math.pow(1 - Math.exp(-k * (double) j / m), k);
@@ -20,7 +20,7 @@ final class FalsePositives {
     }
 
     /** The largest lost count that passes: expected + 4 sqrt(expected) + 1. */
-    static long bound(double expected) {
+    public static long bound(double expected) {
         return (long) Math.floor(expected + 4 * Math.sqrt(expected) + 1);
     }
 }
