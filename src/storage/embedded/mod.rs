@@ -768,7 +768,7 @@ impl Store for EmbeddedStore {
         Ok(self.inner.requests.recall(key, now_ms()))
     }
 
-    /// In memory, and in the `records` keyspace in one batch (synced like a
+    /// In memory, and in the `records` keyspace as one entry (synced like a
     /// write) before they are visible.
     fn remember_records(
         &self,
@@ -778,13 +778,9 @@ impl Store for EmbeddedStore {
     ) -> Result<(), StorageError> {
         let inner = &self.inner;
         let key = codec::deduper_key(&deduper.client_id, &deduper.name);
-        inner.records.remember(&key, records, expire_ms, now_ms(), |entries| {
+        inner.records.remember(&key, records, expire_ms, now_ms(), |k, v| {
             inner.with_write(|h| {
-                let mut batch = h.db.batch();
-                for (k, v) in entries {
-                    batch.insert(&h.records, k.as_slice(), v.as_slice());
-                }
-                batch.commit().map_err(unavailable)?;
+                h.records.insert(k, v).map_err(unavailable)?;
                 if inner.config.fsync {
                     h.db.persist(PersistMode::SyncData).map_err(unavailable)?;
                 }

@@ -95,7 +95,7 @@ impl Inner {
         let mut record_ids = 0u64;
         for kv in h.records.iter() {
             let (key, value) = kv.into_inner().map_err(unavailable)?;
-            record_ids += u64::from(self.records.load(&key, &value, now_ms()));
+            record_ids += self.records.load(&key, &value, now_ms());
         }
         if torn > 0 {
             tracing::warn!(
