@@ -75,6 +75,7 @@ async fn wait_health(s: &TestServer, want: ServingStatus) {
 
 fn aia(items: &[String]) -> pb::AddIfAbsentRequest {
     pb::AddIfAbsentRequest {
+        record_ids: Vec::new(),
         client_id: "c".into(),
         deduper: "full".into(),
         entities: ents(items),

@@ -48,6 +48,7 @@ async fn beyond_max_concurrent_requests_is_resource_exhausted() {
         .map(|t| {
             let mut data = DeduperServiceClient::new(s.channel.clone());
             let req = pb::AddIfAbsentRequest {
+                record_ids: Vec::new(),
                 request_id: None,
                 client_id: "c".into(),
                 deduper: "d".into(),
@@ -246,6 +247,7 @@ fn well_formed(method: usize) -> BoxedStrategy<Vec<u8>> {
         1 => (name(), name(), some_entities())
             .prop_map(move |(c, d, e)| {
                 pb::CheckAbsenceRequest {
+                    record_ids: Vec::new(),
                     client_id: c,
                     deduper: d,
                     entities: bytes(e),
@@ -256,6 +258,7 @@ fn well_formed(method: usize) -> BoxedStrategy<Vec<u8>> {
         2 => (name(), name(), some_entities(), any::<u64>())
             .prop_map(move |(c, d, e, ttl_ms)| {
                 pb::AddIfAbsentRequest {
+                    record_ids: Vec::new(),
                     request_id: None,
                     client_id: c,
                     deduper: d,

@@ -43,6 +43,7 @@ async fn metrics_move_during_a_replay_and_failures_log_one_line() {
         data.add(add).await.unwrap();
     }
     let missing = pb::CheckAbsenceRequest {
+        record_ids: Vec::new(),
         client_id: "c".into(),
         deduper: "no-such-deduper".into(),
         entities: ents(&[SECRET]),
@@ -174,6 +175,7 @@ fn heavy_entities(tag: usize) -> Vec<String> {
 fn heavy_request(tag: usize) -> pb::AddIfAbsentRequest {
     let items = heavy_entities(tag);
     pb::AddIfAbsentRequest {
+        record_ids: Vec::new(),
         request_id: None,
         client_id: "c".into(),
         deduper: "heavy".into(),
@@ -268,6 +270,7 @@ async fn sigterm_under_load_finishes_in_flight_requests_and_exits_0() {
     for tag in 0..IN_FLIGHT {
         let sample: Vec<String> = heavy_entities(tag).into_iter().step_by(20).collect();
         let check = pb::CheckAbsenceRequest {
+            record_ids: Vec::new(),
             client_id: "c".into(),
             deduper: "heavy".into(),
             entities: ents(&sample),

@@ -78,6 +78,7 @@ async fn thousands_of_concurrent_calls_keep_memory_flat() {
                             .map(drop),
                         1 => data
                             .check_absence(pb::CheckAbsenceRequest {
+                                record_ids: Vec::new(),
                                 client_id: "load".into(),
                                 deduper: "d".into(),
                                 entities: ents(&items),
@@ -86,6 +87,7 @@ async fn thousands_of_concurrent_calls_keep_memory_flat() {
                             .map(drop),
                         _ => data
                             .add_if_absent(pb::AddIfAbsentRequest {
+                                record_ids: Vec::new(),
                                 request_id: None,
                                 client_id: "load".into(),
                                 deduper: "d".into(),

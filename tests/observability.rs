@@ -127,6 +127,7 @@ async fn every_metric_of_the_dashboard_and_the_rules_is_exported() {
     .await
     .unwrap();
     data.check_absence(pb::CheckAbsenceRequest {
+        record_ids: Vec::new(),
         client_id: "c".into(),
         deduper: "d".into(),
         entities: ents(&items),
@@ -134,6 +135,7 @@ async fn every_metric_of_the_dashboard_and_the_rules_is_exported() {
     .await
     .unwrap();
     data.add_if_absent(pb::AddIfAbsentRequest {
+        record_ids: Vec::new(),
         client_id: "c".into(),
         deduper: "d".into(),
         entities: ents(&["new"]),

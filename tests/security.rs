@@ -58,6 +58,7 @@ async fn call(ch: &Channel, rpc: &str, client: &str, deduper: &str, auth: Option
         "CheckAbsence" => data
             .check_absence(request(
                 pb::CheckAbsenceRequest {
+                    record_ids: Vec::new(),
                     client_id: c,
                     deduper: d,
                     entities: ents(&["e1"]),
@@ -69,6 +70,7 @@ async fn call(ch: &Channel, rpc: &str, client: &str, deduper: &str, auth: Option
         "AddIfAbsent" => data
             .add_if_absent(request(
                 pb::AddIfAbsentRequest {
+                    record_ids: Vec::new(),
                     request_id: None,
                     client_id: c,
                     deduper: d,

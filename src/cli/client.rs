@@ -429,6 +429,7 @@ pub async fn check(a: DataArgs, add: bool) -> anyhow::Result<()> {
         let entities = batch.iter().map(|(_, b)| b.clone().into()).collect();
         let absent = if add {
             let req = pb::AddIfAbsentRequest {
+                record_ids: Vec::new(),
                 request_id: None,
                 client_id: a.client.clone(),
                 deduper: a.deduper.clone(),
@@ -442,6 +443,7 @@ pub async fn check(a: DataArgs, add: bool) -> anyhow::Result<()> {
                 .absent
         } else {
             let req = pb::CheckAbsenceRequest {
+                record_ids: Vec::new(),
                 client_id: a.client.clone(),
                 deduper: a.deduper.clone(),
                 entities,

@@ -173,6 +173,7 @@ pub async fn run(a: ReplayArgs) -> anyhow::Result<()> {
             .map(|&i| format!("{prefix}{}", keys[i]).into_bytes().into())
             .collect();
         let req = pb::AddIfAbsentRequest {
+            record_ids: Vec::new(),
             request_id: None,
             client_id: a.client.clone(),
             deduper: a.deduper.clone(),

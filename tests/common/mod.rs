@@ -271,6 +271,7 @@ pub async fn add(s: &TestServer, client: &str, deduper: &str, items: &[&str], tt
 
 pub async fn absent(s: &TestServer, client: &str, deduper: &str, items: &[&str]) -> Vec<bool> {
     let req = pb::CheckAbsenceRequest {
+        record_ids: Vec::new(),
         client_id: client.into(),
         deduper: deduper.into(),
         entities: ents(items),
@@ -285,6 +286,7 @@ pub async fn absent(s: &TestServer, client: &str, deduper: &str, items: &[&str])
 
 pub async fn add_if_absent(s: &TestServer, client: &str, deduper: &str, items: &[&str], ttl_ms: u64) -> Vec<bool> {
     let req = pb::AddIfAbsentRequest {
+        record_ids: Vec::new(),
         request_id: None,
         client_id: client.into(),
         deduper: deduper.into(),
@@ -337,6 +339,7 @@ pub async fn absent_all<S: AsRef<[u8]>>(
     let mut out = Vec::with_capacity(items.len());
     for chunk in items.chunks(5000) {
         let req = pb::CheckAbsenceRequest {
+            record_ids: Vec::new(),
             client_id: client_id.into(),
             deduper: deduper.into(),
             entities: ents(chunk),

@@ -12,6 +12,7 @@ use crate::common::*;
 
 fn aia(deduper: &str, items: &[String], id: &[u8]) -> pb::AddIfAbsentRequest {
     pb::AddIfAbsentRequest {
+        record_ids: Vec::new(),
         client_id: "c".into(),
         deduper: deduper.into(),
         entities: ents(items),
@@ -171,6 +172,7 @@ async fn a_changed_data_table_refuses_the_deduper_instead_of_serving_it_empty() 
     let err = s
         .data()
         .check_absence(pb::CheckAbsenceRequest {
+            record_ids: Vec::new(),
             client_id: "c".into(),
             deduper: "d".into(),
             entities: ents(&["seen"]),
@@ -263,6 +265,7 @@ async fn abandoned_requests_do_not_starve_the_next_one() {
     );
     let start = Instant::now();
     let mut req = tonic::Request::new(pb::CheckAbsenceRequest {
+        record_ids: Vec::new(),
         client_id: "c".into(),
         deduper: "d".into(),
         entities: ents(&["fresh"]),

@@ -20,6 +20,7 @@ const SOON: Duration = Duration::from_secs(10);
 
 fn check_req(items: &[String]) -> pb::CheckAbsenceRequest {
     pb::CheckAbsenceRequest {
+        record_ids: Vec::new(),
         client_id: "c".into(),
         deduper: "d".into(),
         entities: ents(items),

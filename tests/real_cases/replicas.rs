@@ -37,6 +37,7 @@ async fn race(
             let mut firsts = Vec::new();
             for chunk in mine.chunks(batch) {
                 let req = pb::AddIfAbsentRequest {
+                    record_ids: Vec::new(),
                     client_id: "c".into(),
                     deduper: deduper.clone(),
                     entities: ents(chunk),
@@ -98,6 +99,7 @@ async fn replicas_share_one_hbase_and_the_add_if_absent_guard_closes_the_race() 
         let err = replica
             .data()
             .check_absence(pb::CheckAbsenceRequest {
+                record_ids: Vec::new(),
                 client_id: "c".into(),
                 deduper: "shared".into(),
                 entities: ents(&["a"]),

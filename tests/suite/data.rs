@@ -58,6 +58,7 @@ pub async fn data_add_check_add_if_absent(b: &TestBackend) {
     };
     s.data().add(bin).await.unwrap();
     let check = |e: &[u8]| pb::CheckAbsenceRequest {
+        record_ids: Vec::new(),
         client_id: "c".into(),
         deduper: "d".into(),
         entities: ents(&[e]),
@@ -152,6 +153,7 @@ pub async fn data_errors(b: &TestBackend) {
     let (c, m) = status(data.add(req("c", "d", ents(&["a"]), 0)).await);
     assert_eq!(c, Code::FailedPrecondition, "{m}");
     let check = pb::CheckAbsenceRequest {
+        record_ids: Vec::new(),
         client_id: "c".into(),
         deduper: "d".into(),
         entities: ents(&["0001"]),
@@ -161,6 +163,7 @@ pub async fn data_errors(b: &TestBackend) {
         Code::FailedPrecondition
     );
     let aia = pb::AddIfAbsentRequest {
+        record_ids: Vec::new(),
         request_id: None,
         client_id: "c".into(),
         deduper: "d".into(),
@@ -199,6 +202,7 @@ pub async fn concurrent_add_if_absent_is_atomic(b: &TestBackend) {
             items.extend((0..50).map(|j| format!("noise-{round}-{i}-{j}")));
             tasks.push(tokio::spawn(async move {
                 let req = pb::AddIfAbsentRequest {
+                    record_ids: Vec::new(),
                     request_id: None,
                     client_id: "c".into(),
                     deduper: "d".into(),

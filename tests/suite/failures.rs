@@ -58,6 +58,7 @@ pub async fn concurrent_updates_lose_no_change(b: &TestBackend) {
 
 fn aia(items: &[String], id: Option<&[u8]>) -> pb::AddIfAbsentRequest {
     pb::AddIfAbsentRequest {
+        record_ids: Vec::new(),
         client_id: "c".into(),
         deduper: "r".into(),
         entities: ents(items),

@@ -85,6 +85,7 @@ pub async fn delete_deduper_refuses_active_then_removes_everything(b: &TestBacke
     let data = s
         .data()
         .check_absence(pb::CheckAbsenceRequest {
+            record_ids: Vec::new(),
             client_id: "c".into(),
             deduper: "old".into(),
             entities: ents(&["a"]),

@@ -119,6 +119,7 @@ impl System {
                         .map(drop),
                     Call::Check => client
                         .check_absence(pb::CheckAbsenceRequest {
+                            record_ids: Vec::new(),
                             client_id: c,
                             deduper: d,
                             entities: keys,
@@ -127,6 +128,7 @@ impl System {
                         .map(drop),
                     Call::AddIfAbsent => client
                         .add_if_absent(pb::AddIfAbsentRequest {
+                            record_ids: Vec::new(),
                             request_id: None,
                             client_id: c,
                             deduper: d,
