@@ -818,7 +818,7 @@ impl Engine {
         let updated = Self::blocking(move || {
             let change = move |d: &mut Deduper| {
                 if let Some(e) = expiry_seconds {
-                    d.expiry_seconds = e;
+                    d.set_expiry(e);
                 }
                 if let Some(a) = active {
                     d.active = a;
