@@ -15,6 +15,7 @@ use crate::contract::hashing;
 use crate::deduper::{self, Deduper, Level, ModelError, SizeLimits, Sizing};
 use crate::storage::{self, BitAddr, Cell, RequestKey, StorageError, Store};
 
+mod placement;
 pub mod requests;
 pub mod stats;
 

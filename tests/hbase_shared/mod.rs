@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 mod delete;
+mod health;
 mod layout;
 mod legacy;
 
@@ -17,6 +18,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
 pub use delete::*;
+pub use health::*;
 pub use layout::*;
 pub use legacy::*;
 
@@ -34,6 +36,7 @@ macro_rules! hbase_shared_cases {
             legacy_markers_count_and_ttl_cells_override_them,
             a_delete_covers_bits_written_under_a_longer_expiry,
             a_replica_with_another_table_refuses_to_delete_the_deduper,
+            misplaced_deduper_health_follows_the_deduper,
         );
     };
     ($backend:expr; $($name:ident),* $(,)?) => {
