@@ -7,9 +7,12 @@
 //!   service not known (yet) - then every change, and stays open: a watcher
 //!   can wait for a per-deduper status to appear, or to go away
 //!   ([`Health::clear`] streams `SERVICE_UNKNOWN` again).
+//! - [`Health::close`] (graceful stop): every open `Watch` gets its last
+//!   status and then ends with `OK`, so health-checking clients (Envoy,
+//!   gRPC's own) do not hold the drain for its whole timeout.
 //!
 //! (tonic-health's service answers `Watch` of an unknown service with
-//! `NOT_FOUND`, and is replaced by this one.)
+//! `NOT_FOUND`, cannot end its streams, and is replaced by this one.)
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
@@ -22,10 +25,11 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_server::{self, HealthServer};
 use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
-/// Every service's status.
+/// Every service's status, and whether the server is closing.
 #[derive(Debug, Clone, Default, PartialEq)]
 struct Snapshot {
     statuses: BTreeMap<String, ServingStatus>,
+    closed: bool,
 }
 
 /// The health state, shared by the server's reporters and the gRPC service;
@@ -72,6 +76,12 @@ impl Health {
         self.state.borrow().statuses.keys().cloned().collect()
     }
 
+    /// Ends every open `Watch` after its last status, and every later one
+    /// after its first (see the module docs). For the graceful stop.
+    pub fn close(&self) {
+        self.state.send_if_modified(|s| !std::mem::replace(&mut s.closed, true));
+    }
+
     /// The gRPC service over this state.
     pub fn service(&self) -> HealthServer<Health> {
         HealthServer::new(self.clone())
@@ -103,19 +113,22 @@ impl health_server::Health for Health {
         let stream = async_stream(move |tx| async move {
             let mut last = None;
             loop {
-                let status = rx
-                    .borrow_and_update()
-                    .statuses
-                    .get(&service)
-                    .copied()
-                    .unwrap_or(ServingStatus::ServiceUnknown);
+                let (status, closed) = {
+                    let s = rx.borrow_and_update();
+                    let status = s
+                        .statuses
+                        .get(&service)
+                        .copied()
+                        .unwrap_or(ServingStatus::ServiceUnknown);
+                    (status, s.closed)
+                };
                 if last != Some(status) {
                     if tx.send(Ok(response(status))).await.is_err() {
                         return;
                     }
                     last = Some(status);
                 }
-                if rx.changed().await.is_err() {
+                if closed || rx.changed().await.is_err() {
                     return;
                 }
             }
@@ -159,7 +172,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn watch_streams_unknown_then_changes() {
+    async fn watch_streams_unknown_then_changes_then_ends_on_close() {
         let h = Health::new();
         let mut w = h.watch(req("svc")).await.unwrap().into_inner();
         assert_eq!(next(&mut w).await, Some(ServingStatus::ServiceUnknown as i32));
@@ -178,7 +191,10 @@ mod tests {
             h.check(req("other")).await.unwrap().into_inner().status,
             ServingStatus::Serving as i32
         );
+        h.close();
+        assert_eq!(next(&mut w).await, None, "closed: the stream ends");
         let mut late = h.watch(req("other")).await.unwrap().into_inner();
         assert_eq!(next(&mut late).await, Some(ServingStatus::Serving as i32));
+        assert_eq!(next(&mut late).await, None);
     }
 }

@@ -488,6 +488,9 @@ pub async fn serve(
             drain_gate.start_draining();
             drain_health.set(DATA_SERVICE_NAME, ServingStatus::NotServing);
             drain_health.set("", ServingStatus::NotServing);
+            // Watchers get NOT_SERVING, then their streams end: an open
+            // Watch would otherwise hold the graceful stop to the drain timeout.
+            drain_health.close();
             let _ = drain_tx.send(true);
         }),
     };
