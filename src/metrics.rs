@@ -14,6 +14,7 @@
 //! | `solus_storage_call_duration_seconds` | histogram | `op` | storage call latency, in seconds |
 //! | `solus_dedupers` | gauge | | dedupers known to this process (see [`DEDUPERS`]) |
 //! | `solus_ready` | gauge | | 1 while storage answers the health probe (readiness `SERVING`), else 0 |
+//! | `solus_journal_unreadable_records` | gauge | | embedded journal records found damaged and lost at this start-up (started with `storage.embedded.start_with_damaged_journal`) |
 //! | `solus_deduper_requests_total` | counter | `client`, `deduper`, `rpc` | data requests answered `OK`, per deduper |
 //! | `solus_deduper_entities_total` | counter | `client`, `deduper`, `rpc` | entities of those requests |
 //! | `solus_deduper_fill_ratio` | gauge | `client`, `deduper` | fraction of the m bits set now (expiry >= now) |
@@ -68,6 +69,7 @@ pub const STORAGE_DURATION: &str = "solus_storage_call_duration_seconds";
 /// those deleted through this replica since it started (a change, which a
 /// delete of an older deduper can take below 0).
 pub const DEDUPERS: &str = "solus_dedupers";
+pub const JOURNAL_UNREADABLE: &str = "solus_journal_unreadable_records";
 
 /// Per-deduper series (labels `client`, `deduper`; see [`deduper_labels`]).
 pub const DEDUPER_REQUESTS: &str = "solus_deduper_requests_total";
@@ -181,6 +183,10 @@ fn describe() {
     describe_gauge!(
         READY,
         "1 while storage answers the health probe (readiness SERVING), else 0"
+    );
+    describe_gauge!(
+        JOURNAL_UNREADABLE,
+        "Embedded journal records found damaged and lost at this start-up"
     );
     describe_gauge!(
         DEDUPERS,
@@ -316,6 +322,11 @@ pub fn deduper_gone(client_id: &str, name: &str, figures: Option<bool>) {
     if had_load {
         metrics::gauge!(DEDUPER_LOAD, &labels).set(0.0);
     }
+}
+
+/// Sets `solus_journal_unreadable_records`: journal records lost at start-up.
+pub fn set_journal_unreadable_records(records: u64) {
+    metrics::gauge!(JOURNAL_UNREADABLE).set(records as f64);
 }
 
 /// Sets the readiness gauge.

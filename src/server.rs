@@ -31,6 +31,11 @@ use crate::storage::metered::MeteredStore;
 /// Health service name of the data path: SERVING while storage is reachable.
 pub const DATA_SERVICE_NAME: &str = "solus.v1.DeduperService";
 
+/// Health service name of recovery damage ([`Store::damage`]): SERVING when
+/// there is none, NOT_SERVING while damaged journal files are kept aside.
+/// Not asked by the probes: the replica serves what it could read.
+pub const JOURNAL_SERVICE_NAME: &str = "solus.v1.Journal";
+
 /// Opens the configured storage backend (blocking: may replay a journal),
 /// wrapped so every storage call is measured (`solus_storage_*` metrics).
 pub fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
@@ -307,6 +312,22 @@ async fn report_misplaced(engine: &Engine, health: &Health, reported: &mut std::
     *reported = now;
 }
 
+/// Sets [`JOURNAL_SERVICE_NAME`] from the store's damage report, logging a
+/// change (with the sentence, which names the files).
+fn report_damage(health: &Health, damage: Option<String>, last: &mut Option<Option<String>>) {
+    if last.as_ref() == Some(&damage) {
+        return;
+    }
+    match &damage {
+        Some(what) => {
+            tracing::warn!(service = JOURNAL_SERVICE_NAME, damage = %what, "health: NOT_SERVING");
+            health.set(JOURNAL_SERVICE_NAME, ServingStatus::NotServing);
+        }
+        None => health.set(JOURNAL_SERVICE_NAME, ServingStatus::Serving),
+    }
+    *last = Some(damage);
+}
+
 /// Probes storage every `every` on a thread of its own - never on the
 /// blocking pool, where it would queue behind slow storage calls - and
 /// reports the result as the health of the data service; a failure is
@@ -320,6 +341,7 @@ async fn watch_storage(
     hint: impl Fn(&str) -> Option<String> + Send + 'static,
 ) {
     let mut last = None;
+    let mut last_damage = None;
     let mut reported_misplaced = std::collections::BTreeSet::new();
     loop {
         // A deduper refused because a setting moved its data (storage.table,
@@ -330,12 +352,15 @@ async fn watch_storage(
         let (tx, rx) = tokio::sync::oneshot::channel();
         let spawned = std::thread::Builder::new()
             .name("solus-health-probe".into())
-            .spawn(move || drop(tx.send(s.ping())));
+            .spawn(move || drop(tx.send((s.ping(), s.damage()))));
         let ok = match spawned {
             Ok(_) => rx
                 .await
                 .map_err(|_| "health probe thread ended without an answer".to_string())
-                .map(|r| r.map_err(|e| e.to_string())),
+                .map(|(r, damage)| {
+                    report_damage(&health, damage, &mut last_damage);
+                    r.map_err(|e| e.to_string())
+                }),
             Err(e) => Err(format!("starting the health probe thread: {e}")),
         };
         let status = match ok {

@@ -129,6 +129,10 @@ impl Store for MeteredStore {
         self.inner.data_location(deduper)
     }
 
+    fn damage(&self) -> Option<String> {
+        self.inner.damage()
+    }
+
     fn ping(&self) -> Result<(), StorageError> {
         Self::timed("ping", || self.inner.ping())
     }
