@@ -571,6 +571,7 @@ impl Engine {
         request_id: Option<Vec<u8>>,
     ) -> Result<Option<Write>, EngineError> {
         self.validate_entities(entities)?;
+        let request_id = requests::given_id(request_id);
         if let Some(id) = &request_id {
             requests::validate_id(id)?;
         }

@@ -46,6 +46,7 @@ macro_rules! backend_suite {
             health_and_reflection,
             concurrent_updates_lose_no_change,
             request_id_repeats_get_the_first_answer,
+            an_empty_request_id_is_no_request_id,
             delete_deduper_refuses_active_then_removes_everything,
             stats_estimate_live_entities_and_fpr,
             stats_fall_to_zero_after_the_ttl,
