@@ -210,6 +210,12 @@ pub struct LimitsConfig {
     /// `request_id` is remembered, in seconds: a retry within it gets the
     /// first attempt's answer. Default 300.
     pub request_id_window_seconds: u64,
+    /// How long a record id (`record_ids`) whose entity was answered absent
+    /// is remembered, in seconds: a replay of that record within it is
+    /// answered absent again. Cover the longest a stream job may take to
+    /// replay a record (restart, rebalance, recovery from a checkpoint).
+    /// Default 3,600.
+    pub record_id_window_seconds: u64,
 }
 
 impl Default for LimitsConfig {
@@ -223,6 +229,7 @@ impl Default for LimitsConfig {
             max_bits_per_shard: 1 << 20,
             allow_biased_bits_per_shard: false,
             request_id_window_seconds: 300,
+            record_id_window_seconds: 3_600,
         }
     }
 }
@@ -238,6 +245,7 @@ impl LimitsConfig {
                 allow_biased_bits_per_shard: self.allow_biased_bits_per_shard,
             },
             request_id_window_ms: self.request_id_window_seconds.saturating_mul(1000),
+            record_id_window_ms: self.record_id_window_seconds.saturating_mul(1000),
         }
     }
 }
@@ -282,6 +290,7 @@ pub const KEYS: &[&str] = &[
     "storage.embedded.cache_mib",
     "storage.embedded.max_request_memory_mib",
     "storage.embedded.start_with_damaged_journal",
+    "storage.embedded.max_record_memory_mib",
     "storage.hbase.addresses",
     "storage.hbase.transport",
     "storage.hbase.protocol",
@@ -296,6 +305,7 @@ pub const KEYS: &[&str] = &[
     "storage.hbase.max_cells_per_read",
     "storage.hbase.max_request_bytes",
     "storage.hbase.add_if_absent_guard",
+    "storage.hbase.max_clock_offset_ms",
     "limits.max_entities_per_request",
     "limits.max_entity_bytes",
     "limits.max_message_bytes",
@@ -304,6 +314,7 @@ pub const KEYS: &[&str] = &[
     "limits.max_bits_per_shard",
     "limits.allow_biased_bits_per_shard",
     "limits.request_id_window_seconds",
+    "limits.record_id_window_seconds",
     "log.level",
     "log.json",
     "auth.enabled",

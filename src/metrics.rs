@@ -25,6 +25,9 @@
 //! | `solus_deduper_target_fpr` | gauge | `client`, `deduper` | the p the deduper was sized for (when sized from n and p) |
 //! | `solus_deduper_load_ratio` | gauge | `client`, `deduper` | n* / n (when sized from n and p); above 1 = over capacity |
 //! | `solus_deduper_stats_timestamp_seconds` | gauge | `client`, `deduper` | when those figures were computed, s since the Unix epoch |
+//! | `solus_clock_offset_seconds` | gauge | | this replica's clock minus HBase's, from the last probe (HBase only) |
+//! | `solus_clock_offset_error_seconds` | gauge | | that probe's error bound (half its round trip) |
+//! | `solus_clock_max_offset_seconds` | gauge | | `storage.hbase.max_clock_offset_ms` in seconds (0: not enforced) |
 //!
 //! The per-deduper series are capped at `metrics.max_deduper_series`
 //! (client, deduper) pairs, first come first served: later dedupers are
@@ -59,7 +62,7 @@ pub const IN_FLIGHT: &str = "solus_requests_in_flight";
 pub const STORAGE_CALLS: &str = "solus_storage_calls_total";
 pub const STORAGE_ERRORS: &str = "solus_storage_errors_total";
 /// The `op` label values of the storage series (the `Store` calls).
-pub const STORAGE_OPS: [&str; 13] = [
+pub const STORAGE_OPS: [&str; 15] = [
     "read_bits",
     "write_bits",
     "read_and_write_bits",
@@ -71,6 +74,8 @@ pub const STORAGE_OPS: [&str; 13] = [
     "bit_stats",
     "remember_request",
     "recall_request",
+    "remember_records",
+    "recall_records",
     "ping",
     "flush",
 ];
@@ -94,6 +99,12 @@ pub const DEDUPER_LOAD: &str = "solus_deduper_load_ratio";
 pub const DEDUPER_STATS_TIME: &str = "solus_deduper_stats_timestamp_seconds";
 /// 1 while storage answers the health probe (readiness SERVING), else 0.
 pub const READY: &str = "solus_ready";
+/// Record ids remembered (answered absent), and answers given again from
+/// a remembered record id (replays), over all dedupers.
+pub const RECORDS_REMEMBERED: &str = "solus_records_remembered_total";
+pub const RECORD_REPLAYS: &str = "solus_record_replays_total";
+/// Record ids the embedded store holds in memory (expired ones until swept).
+pub const RECORDS_HELD: &str = "solus_records_held";
 /// The label value of the dedupers beyond `metrics.max_deduper_series`.
 pub const OVERFLOW_LABEL: &str = "_other";
 
@@ -129,6 +140,12 @@ struct Metrics {
     dedupers: Gauge,
     ready: Gauge,
     journal_unreadable: Gauge,
+    records_remembered: Counter,
+    record_replays: Counter,
+    records_held: Gauge,
+    clock_offset: FloatGauge,
+    clock_offset_error: FloatGauge,
+    clock_max_offset: FloatGauge,
     deduper_requests: Family<Labels, Counter>,
     deduper_entities: Family<Labels, Counter>,
     /// The per-deduper gauges, by metric name.
@@ -201,6 +218,44 @@ impl Metrics {
             "Embedded journal records found damaged and lost at this start-up",
             journal_unreadable.clone(),
         );
+        let records_remembered = Counter::default();
+        registry.register(
+            counter_name(RECORDS_REMEMBERED),
+            "Record ids remembered because their entity was answered absent",
+            records_remembered.clone(),
+        );
+        let record_replays = Counter::default();
+        registry.register(
+            counter_name(RECORD_REPLAYS),
+            "Entities answered absent again because their record id was remembered (replays)",
+            record_replays.clone(),
+        );
+        let records_held = Gauge::default();
+        registry.register(
+            RECORDS_HELD,
+            "Record ids the embedded store holds in memory (storage.embedded.max_record_memory_mib)",
+            records_held.clone(),
+        );
+        let clock_gauge = |registry: &mut Registry, name: &'static str, help: &str| {
+            let g = FloatGauge::default();
+            registry.register(name, help, g.clone());
+            g
+        };
+        let clock_offset = clock_gauge(
+            &mut registry,
+            CLOCK_OFFSET,
+            "This replica's clock minus HBase's, in seconds, from the last probe (HBase only)",
+        );
+        let clock_offset_error = clock_gauge(
+            &mut registry,
+            CLOCK_OFFSET_ERROR,
+            "The error bound of that probe (half its round trip), in seconds",
+        );
+        let clock_max_offset = clock_gauge(
+            &mut registry,
+            CLOCK_MAX_OFFSET,
+            "storage.hbase.max_clock_offset_ms in seconds (0: not enforced)",
+        );
         let deduper_requests: Family<Labels, Counter> = Family::default();
         registry.register(
             counter_name(DEDUPER_REQUESTS),
@@ -250,6 +305,12 @@ impl Metrics {
             dedupers,
             ready,
             journal_unreadable,
+            records_remembered,
+            record_replays,
+            records_held,
+            clock_offset,
+            clock_offset_error,
+            clock_max_offset,
             deduper_requests,
             deduper_entities,
             deduper_gauges,
@@ -496,6 +557,18 @@ pub fn set_journal_unreadable_records(records: u64) {
     m().journal_unreadable.set(i64::try_from(records).unwrap_or(i64::MAX));
 }
 
+/// Counts record ids remembered and answers given again from them.
+pub fn records(remembered: usize, replays: usize) {
+    let m = m();
+    m.records_remembered.inc_by(remembered as u64);
+    m.record_replays.inc_by(replays as u64);
+}
+
+/// Sets the gauge of record ids held in memory.
+pub fn set_records_held(n: u64) {
+    m().records_held.set(i64::try_from(n).unwrap_or(i64::MAX));
+}
+
 /// Sets the readiness gauge.
 pub fn set_ready(ready: bool) {
     m().ready.set(i64::from(ready));
@@ -514,4 +587,21 @@ pub fn set_dedupers(n: usize) {
 /// Counts one created deduper.
 pub fn deduper_created() {
     m().dedupers.inc();
+}
+
+/// This replica's clock minus the shared storage's (HBase's), in seconds,
+/// from the last measurement (see `storage::clock_bound`).
+pub const CLOCK_OFFSET: &str = "solus_clock_offset_seconds";
+/// The error bound of that measurement (half its round trip), in seconds.
+pub const CLOCK_OFFSET_ERROR: &str = "solus_clock_offset_error_seconds";
+/// The largest offset tolerated (`storage.hbase.max_clock_offset_ms`), in
+/// seconds; 0 when not enforced.
+pub const CLOCK_MAX_OFFSET: &str = "solus_clock_max_offset_seconds";
+
+/// Sets the clock offset gauges from one measurement (all in ms).
+pub fn set_clock_offset(offset_ms: i64, error_ms: i64, max_offset_ms: i64) {
+    let m = m();
+    m.clock_offset.set(offset_ms as f64 / 1000.0);
+    m.clock_offset_error.set(error_ms as f64 / 1000.0);
+    m.clock_max_offset.set(max_offset_ms as f64 / 1000.0);
 }

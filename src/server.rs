@@ -24,6 +24,7 @@ use crate::config::{Backend, Settings, TlsConfig};
 use crate::engine::Engine;
 use crate::health::Health;
 use crate::storage::Store;
+use crate::storage::clock_bound::ClockBoundStore;
 use crate::storage::embedded::EmbeddedStore;
 use crate::storage::hbase::HbaseStore;
 use crate::storage::metered::MeteredStore;
@@ -66,7 +67,13 @@ pub fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn Store>> {
         Backend::Hbase => {
             let store = HbaseStore::open(settings.storage.hbase.clone(), &settings.storage.table, &settings.farm)
                 .map_err(|e| hbase_open_error(settings, &e))?;
-            Ok(Arc::new(MeteredStore::new(Arc::new(store), None)))
+            let metered = Arc::new(MeteredStore::new(Arc::new(store), None));
+            let bound = settings.storage.hbase.max_clock_offset_ms;
+            Ok(Arc::new(ClockBoundStore::new(
+                metered,
+                bound,
+                "storage.hbase.max_clock_offset_ms",
+            )))
         }
     }
 }

@@ -28,6 +28,9 @@ async fn memory_budget_refuses_dedupers_that_would_not_fit() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{}", e.message());
+    // A retry cannot free the budget (only a delete does): no RetryInfo, so
+    // clients do not retry it.
+    assert!(!solus::api::is_transient(&e), "budget refusal marked retryable");
     assert!(
         e.message().contains("storage.embedded.max_memory_mib"),
         "{}",

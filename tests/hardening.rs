@@ -55,15 +55,21 @@ async fn beyond_max_concurrent_requests_is_resource_exhausted() {
                 entities: ents(&entities(2_000, &format!("t{t}"), 256)),
                 ttl_ms: 0,
             };
-            tokio::spawn(async move { code_of(data.add_if_absent(req).await) })
+            tokio::spawn(async move {
+                let r = data.add_if_absent(req).await;
+                let transient = r.as_ref().err().is_some_and(solus::api::is_transient);
+                (code_of(r), transient)
+            })
         })
         .collect();
     let (mut ok, mut exhausted) = (0, 0);
     for c in calls {
         match c.await.unwrap() {
-            (Code::Ok, _) => ok += 1,
-            (Code::ResourceExhausted, m) => {
+            ((Code::Ok, _), _) => ok += 1,
+            ((Code::ResourceExhausted, m), transient) => {
                 assert!(m.contains("limits.max_concurrent_requests = 1"), "{m}");
+                // The concurrency limit is transient: it carries google.rpc.RetryInfo.
+                assert!(transient, "busy refusal without RetryInfo: {m}");
                 exhausted += 1;
             }
             other => panic!("unexpected answer {other:?}"),

@@ -56,7 +56,10 @@ impl pb::deduper_service_server::DeduperService for DataService {
         metrics::request_entities("CheckAbsence", r.entities.len());
         let n = r.entities.len();
         within_deadline("CheckAbsence", &metadata, self.timeout, async {
-            let absent = self.engine.check_absence(&r.client_id, &r.deduper, r.entities).await;
+            let absent = self
+                .engine
+                .check_absence_with_records(&r.client_id, &r.deduper, r.entities, r.record_ids)
+                .await;
             let absent = absent.map_err(status_of)?;
             metrics::deduper_request(&r.client_id, &r.deduper, "CheckAbsence", n);
             Ok(Response::new(pb::CheckAbsenceResponse { absent }))
@@ -75,12 +78,13 @@ impl pb::deduper_service_server::DeduperService for DataService {
         within_deadline("AddIfAbsent", &metadata, self.timeout, async {
             let absent = self
                 .engine
-                .add_if_absent_with_id(
+                .add_if_absent_with_records(
                     &r.client_id,
                     &r.deduper,
                     r.entities,
                     r.ttl_ms,
                     r.request_id.map(Vec::from),
+                    r.record_ids,
                 )
                 .await;
             let absent = absent.map_err(status_of)?;

@@ -26,6 +26,14 @@ use tonic::{Code, Status};
 use tower::{Layer, Service};
 
 use crate::auth::{Authenticator, Principal};
+
+/// RetryInfo delay of a refusal at the concurrency limit: requests in
+/// flight finish within milliseconds.
+const BUSY_RETRY_DELAY: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// RetryInfo delay of a refusal while draining: long enough for the client
+/// to reconnect to another replica (or to this one restarted).
+const DRAINING_RETRY_DELAY: std::time::Duration = std::time::Duration::from_millis(1000);
 use crate::metrics;
 
 /// Method paths of the Solus services and their `rpc` label.
@@ -123,8 +131,10 @@ impl Gate {
     fn admit<B>(&self, req: &mut http::Request<B>) -> Result<Admitted, Status> {
         let s = &self.state;
         if s.draining.load(Ordering::SeqCst) {
-            return Err(Status::unavailable(
+            return Err(super::transient(
+                Code::Unavailable,
                 "server is shutting down; retry on another replica or after restart",
+                DRAINING_RETRY_DELAY,
             ));
         }
         let header = req.headers().get(http::header::AUTHORIZATION).map(|v| v.to_str());
@@ -135,10 +145,14 @@ impl Gate {
         }
         .map_err(|e| Status::unauthenticated(e.to_string()))?;
         let permit = s.permits.clone().try_acquire_owned().map_err(|_| {
-            Status::resource_exhausted(format!(
-                "server busy: {max} requests in flight, limits.max_concurrent_requests = {max}; retry with backoff",
-                max = s.max_concurrent
-            ))
+            super::transient(
+                Code::ResourceExhausted,
+                format!(
+                    "server busy: {max} requests in flight, limits.max_concurrent_requests = {max}; retry with backoff",
+                    max = s.max_concurrent
+                ),
+                BUSY_RETRY_DELAY,
+            )
         })?;
         req.extensions_mut().insert::<Principal>(principal);
         metrics::in_flight(1.0);

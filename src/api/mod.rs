@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use tonic::metadata::MetadataMap;
 use tonic::{Code, Extensions, Status};
+use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::auth::Principal;
 use crate::engine::EngineError;
@@ -29,7 +30,26 @@ pub mod pb {
     pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("solus_descriptor");
 }
 
-/// Maps an engine error to its canonical status (the gate logs it).
+/// How long a client should wait before retrying a refusal that storage
+/// being unreachable caused (`google.rpc.RetryInfo.retry_delay`).
+pub const STORAGE_RETRY_DELAY: Duration = Duration::from_millis(200);
+
+/// A refusal that a retry can fix: `code` and `message` with a
+/// `google.rpc.RetryInfo` detail (in the `grpc-status-details-bin` trailer)
+/// asking to wait at least `delay`. Clients retry a status only when it
+/// carries RetryInfo (or no server answered at all); refusals a retry cannot
+/// fix (the memory budget, invalid input) carry none. See README, "Errors".
+pub fn transient(code: Code, message: impl Into<String>, delay: Duration) -> Status {
+    Status::with_error_details(code, message, ErrorDetails::with_retry_info(Some(delay)))
+}
+
+/// Whether `status` carries a `google.rpc.RetryInfo` detail (see [`transient`]).
+pub fn is_transient(status: &Status) -> bool {
+    status.get_details_retry_info().is_some()
+}
+
+/// Maps an engine error to its canonical status (the gate logs it). Storage
+/// being unavailable is [`transient`]; every other error is final.
 pub fn status_of(e: EngineError) -> Status {
     let code = match &e {
         EngineError::NotFound { .. } => Code::NotFound,
@@ -44,6 +64,9 @@ pub fn status_of(e: EngineError) -> Status {
         EngineError::Storage(StorageError::Capacity(_)) => Code::ResourceExhausted,
         EngineError::Storage(StorageError::Precondition(_)) => Code::FailedPrecondition,
     };
+    if code == Code::Unavailable {
+        return transient(code, e.to_string(), STORAGE_RETRY_DELAY);
+    }
     Status::new(code, e.to_string())
 }
 
@@ -104,10 +127,12 @@ pub(crate) async fn within_deadline<T>(
         .min(budget / 2);
     match tokio::time::timeout(budget - margin, handler).await {
         Ok(r) => r,
-        Err(_) => Err(Status::deadline_exceeded(format!(
-            "{rpc} did not finish within its deadline of {} ms",
-            budget.as_millis()
-        ))),
+        // Transient: storage was slow; a retry (with the same request_id) is safe.
+        Err(_) => Err(transient(
+            Code::DeadlineExceeded,
+            format!("{rpc} did not finish within its deadline of {} ms", budget.as_millis()),
+            STORAGE_RETRY_DELAY,
+        )),
     }
 }
 

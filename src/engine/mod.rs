@@ -16,6 +16,7 @@ use crate::deduper::{self, Deduper, Level, ModelError, SizeLimits, Sizing};
 use crate::storage::{self, BitAddr, Cell, RequestKey, StorageError, Store};
 
 mod placement;
+pub mod records;
 pub mod requests;
 pub mod stats;
 
@@ -31,6 +32,8 @@ pub struct Limits {
     pub sizes: SizeLimits,
     /// How long a `request_id`'s answer is remembered, in ms.
     pub request_id_window_ms: u64,
+    /// How long a record id answered absent is remembered, in ms.
+    pub record_id_window_ms: u64,
 }
 
 impl Default for Limits {
@@ -40,6 +43,7 @@ impl Default for Limits {
             max_entity_bytes: 4096,
             sizes: SizeLimits::default(),
             request_id_window_ms: 300_000,
+            record_id_window_ms: 3_600_000,
         }
     }
 }
@@ -600,7 +604,28 @@ impl Engine {
     where
         E: AsRef<[u8]> + Send + Sync + 'static,
     {
+        self.check_absence_with_records(client_id, name, entities, Vec::<Vec<u8>>::new())
+            .await
+    }
+
+    /// [`Engine::check_absence`] with per-record identity: an entity read
+    /// present whose record id (one per entity, or none; see
+    /// [`records`]) an earlier `AddIfAbsent` remembered for it is answered
+    /// absent. One more storage read, of the record ids of the entities read
+    /// present. Errors besides `check_absence`'s: `Invalid` record ids.
+    pub async fn check_absence_with_records<E, R>(
+        &self,
+        client_id: &str,
+        name: &str,
+        entities: Vec<E>,
+        record_ids: Vec<R>,
+    ) -> Result<Vec<bool>, EngineError>
+    where
+        E: AsRef<[u8]> + Send + Sync + 'static,
+        R: AsRef<[u8]> + Send + Sync + 'static,
+    {
         self.validate_entities(&entities)?;
+        records::validate(&record_ids, entities.len())?;
         let d = self.active_deduper(client_id, name).await?;
         if entities.is_empty() {
             return Ok(Vec::new());
@@ -611,9 +636,16 @@ impl Engine {
             let now = now_ms();
             let cells = store.read_bits(&d, &plan.addrs)?;
             check_len(&cells, &plan)?;
-            Ok((0..entities.len())
+            let mut absent: Vec<bool> = (0..entities.len())
                 .map(|i| plan.entity_bits(i).iter().any(|&a| !cells[a as usize].is_set(now)))
-                .collect())
+                .collect();
+            if !record_ids.is_empty() {
+                let replays = records::apply_replays(&entities, &record_ids, &mut absent, |ids| {
+                    store.recall_records(&d, ids, now)
+                })?;
+                crate::metrics::records(0, replays);
+            }
+            Ok(absent)
         })
         .await
     }
@@ -652,6 +684,34 @@ impl Engine {
     where
         E: AsRef<[u8]> + Send + Sync + 'static,
     {
+        self.add_if_absent_with_records(client_id, name, entities, ttl_ms, request_id, Vec::<Vec<u8>>::new())
+            .await
+    }
+
+    /// [`Engine::add_if_absent_with_id`] with per-record identity (see
+    /// [`records`]): `record_ids` is empty or one per entity. In the
+    /// read-to-write window: the record ids of entities read present are
+    /// looked up (a remembered one with the same entity is a replay and is
+    /// answered absent again), then the ids of entities read absent are
+    /// remembered for `limits.record_id_window_seconds`, and only then are
+    /// the bits written. Errors besides `add_if_absent`'s: `Invalid` record
+    /// ids; `Storage(Capacity)` when the store's record budget is full
+    /// (nothing written).
+    pub async fn add_if_absent_with_records<E, R>(
+        &self,
+        client_id: &str,
+        name: &str,
+        entities: Vec<E>,
+        ttl_ms: u64,
+        request_id: Option<Vec<u8>>,
+        record_ids: Vec<R>,
+    ) -> Result<Vec<bool>, EngineError>
+    where
+        E: AsRef<[u8]> + Send + Sync + 'static,
+        R: AsRef<[u8]> + Send + Sync + 'static,
+    {
+        records::validate(&record_ids, entities.len())?;
+        let record_window = self.limits.record_id_window_ms as i64;
         let Some(Write { d, ttl, key, window }) = self
             .prepare_write(client_id, name, &entities, ttl_ms, request_id)
             .await?
@@ -672,7 +732,7 @@ impl Engine {
                 store.write_bits(&d, &plan.addrs, record.expire_ms)?;
                 return Ok(record.absent);
             }
-            if key.is_none() {
+            if key.is_none() && record_ids.is_empty() {
                 // Nothing to record between the read and the write.
                 let cells = store.read_then_write_bits(&d, &plan.addrs, expire)?;
                 check_len(&cells, &plan)?;
@@ -680,6 +740,7 @@ impl Engine {
             }
             let mut answer = None;
             let mut earlier = None;
+            let mut replayed = vec![false; entities.len()];
             let result = store.read_and_write_bits(&d, &plan.addrs, expire, &mut |cells: &[Cell]| {
                 if cells.len() != plan.addrs.len() {
                     return Err(StorageError::Corrupt(format!(
@@ -688,7 +749,19 @@ impl Engine {
                         plan.addrs.len()
                     )));
                 }
-                let absent = answer_of(&plan, entities.len(), cells, now);
+                let mut absent = answer_of(&plan, entities.len(), cells, now);
+                if !record_ids.is_empty() {
+                    let firsts = records::first_occurrences(&entities, &record_ids, &absent);
+                    let read = absent.clone();
+                    let replays = records::apply_replays(&entities, &record_ids, &mut absent, |ids| {
+                        store.recall_records(&d, ids, now)
+                    })?;
+                    replayed = absent.iter().zip(&read).map(|(&a, &r)| a && !r).collect();
+                    if !firsts.is_empty() {
+                        store.remember_records(&d, &firsts, now + record_window)?;
+                    }
+                    crate::metrics::records(firsts.len(), replays);
+                }
                 if let (Some(key), Some(digest)) = (&key, digest) {
                     let ours = Record {
                         kind: Kind::AddIfAbsent,
@@ -716,7 +789,12 @@ impl Engine {
             answer.ok_or_else(|| EngineError::Storage(StorageError::Corrupt("no answer computed".into())))?;
             // The store's final cells decide: the HBase guard returns the rows it
             // lost a race on as set, after the answer was recorded from its read.
-            Ok(answer_of(&plan, entities.len(), &cells, now))
+            // A replay stays absent whatever the cells say.
+            let mut final_answer = answer_of(&plan, entities.len(), &cells, now);
+            for (a, &r) in final_answer.iter_mut().zip(&replayed) {
+                *a |= r;
+            }
+            Ok(final_answer)
         })
         .await
     }
@@ -853,8 +931,17 @@ fn answer_of(plan: &Plan, entities: usize, cells: &[Cell], now: i64) -> Vec<bool
 }
 
 /// The expiry time of an add at `now` with `ttl_ms` (ms since the Unix
-/// epoch); `Invalid`, naming the limit, when the store would cut it short.
+/// epoch); `Invalid`, naming the limit, when the store would cut it short
+/// or the TTL is shorter than the replicas' clocks can honour.
 fn check_expire(store: &dyn Store, now: i64, ttl_ms: u64) -> Result<i64, EngineError> {
+    let min = store.min_ttl_ms();
+    if ttl_ms < min {
+        return Err(EngineError::Invalid(format!(
+            "a TTL of {ttl_ms} ms is shorter than {min} ms, twice the clock offset the replicas tolerate \
+             (storage.hbase.max_clock_offset_ms): another replica could see it expired as it is written; use a \
+             longer ttl_ms or expiry_seconds"
+        )));
+    }
     let expire = now.saturating_add(i64::try_from(ttl_ms).unwrap_or(i64::MAX));
     let max = store.max_expire_ms();
     if expire > max {

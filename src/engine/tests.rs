@@ -14,6 +14,9 @@ struct CountingStore {
     calls: Mutex<Vec<&'static str>>,
     dedupers: Mutex<HashMap<(String, String), Deduper>>,
     requests: Mutex<HashMap<RequestKey, Vec<u8>>>,
+    records: Mutex<HashMap<Vec<u8>, (i64, u64)>>,
+    /// Refuse remembering records as over budget from now on.
+    records_full: AtomicBool,
     /// Writes to fail from now on (a fault between the read and the write).
     fail_writes: AtomicBool,
     /// How long `get_deduper` takes, in ms, and how many times it ran.
@@ -102,6 +105,25 @@ impl Store for CountingStore {
     }
     fn recall_request(&self, key: &RequestKey) -> Result<Option<Vec<u8>>, StorageError> {
         Ok(self.requests.lock().unwrap().get(key).cloned())
+    }
+    fn remember_records(&self, _: &Deduper, records: &[(&[u8], u64)], expire_ms: i64) -> Result<(), StorageError> {
+        self.calls.lock().unwrap().push("remember_records");
+        if self.records_full.load(Ordering::SeqCst) {
+            return Err(StorageError::Capacity("record budget full".into()));
+        }
+        let mut map = self.records.lock().unwrap();
+        for (id, fp) in records {
+            map.insert(id.to_vec(), (expire_ms, *fp));
+        }
+        Ok(())
+    }
+    fn recall_records(&self, _: &Deduper, ids: &[&[u8]], now_ms: i64) -> Result<Vec<Option<u64>>, StorageError> {
+        self.calls.lock().unwrap().push("recall_records");
+        let map = self.records.lock().unwrap();
+        Ok(ids
+            .iter()
+            .map(|id| map.get(*id).filter(|(e, _)| *e >= now_ms).map(|(_, fp)| *fp))
+            .collect())
     }
     fn get_deduper(&self, c: &str, n: &str) -> Result<Option<Deduper>, StorageError> {
         self.gets.fetch_add(1, Ordering::SeqCst);
@@ -412,4 +434,111 @@ fn abandoned_work_is_dropped_before_storage() {
         tokio::task::spawn_blocking(|| ()).await.unwrap();
     });
     assert!(!ran.load(Ordering::SeqCst), "work of a caller that left was skipped");
+}
+
+/// A record replayed after its first attempt wrote its bits (a Kafka task
+/// closed before committing, a Flink restore): without record ids it reads
+/// present and is dropped; with them it gets its first answer, in any batch.
+#[tokio::test]
+async fn a_replayed_record_gets_its_first_answer_in_any_batch() {
+    let (store, engine) = engine_with_deduper().await;
+    let ids = |tag: &str, n: usize| -> Vec<Vec<u8>> { (0..n).map(|i| format!("{tag}/{i}").into_bytes()).collect() };
+    // First attempt: 10 new records, answered absent, bits written.
+    let first = engine
+        .add_if_absent_with_records("c", "d", items("e", 10), 0, None, ids("p0", 10))
+        .await
+        .unwrap();
+    assert_eq!(first, vec![true; 10]);
+    // Record ids are remembered before the bits are written.
+    let calls = store.take_calls();
+    assert_eq!(
+        calls[calls.len() - 2..],
+        ["read_and_write", "remember_records"],
+        "nothing read present: no record lookup"
+    );
+    // Without ids, the replay reads its own bits: dropped as a duplicate.
+    assert_eq!(
+        engine.add_if_absent("c", "d", items("e", 10), 0).await.unwrap(),
+        vec![false; 10]
+    );
+    // The replay, in another batch shape (the last 4 records and two new ones).
+    let mut entities = items("e", 10)[6..].to_vec();
+    entities.extend(items("new", 2));
+    let mut replay_ids = ids("p0", 10)[6..].to_vec();
+    replay_ids.extend(ids("p1", 2));
+    let replay = engine
+        .add_if_absent_with_records("c", "d", entities.clone(), 0, None, replay_ids.clone())
+        .await
+        .unwrap();
+    assert_eq!(replay, vec![true; 6]);
+    // CheckAbsence with the ids answers the same, without them "present".
+    let check = engine
+        .check_absence_with_records("c", "d", entities.clone(), replay_ids)
+        .await
+        .unwrap();
+    assert_eq!(check, vec![true; 6]);
+    assert_eq!(engine.check_absence("c", "d", entities).await.unwrap(), vec![false; 6]);
+    // A true duplicate - the same entity under a new record id - stays present.
+    let dup = engine
+        .add_if_absent_with_records("c", "d", items("e", 1), 0, None, ids("p9", 1))
+        .await
+        .unwrap();
+    assert_eq!(dup, vec![false]);
+    // An id reused for another entity is a new record, not a replay.
+    let reused = engine
+        .add_if_absent_with_records("c", "d", items("e", 2)[1..].to_vec(), 0, None, ids("p0", 1))
+        .await
+        .unwrap();
+    assert_eq!(reused, vec![false]);
+}
+
+#[tokio::test]
+async fn record_ids_in_one_batch_see_earlier_entities_and_a_full_budget_writes_nothing() {
+    let (store, engine) = engine_with_deduper().await;
+    // The same entity twice under two ids: the first is new, the second a duplicate,
+    // and a replay of the whole batch answers the same.
+    let entities = vec![b"x".to_vec(), b"x".to_vec(), b"y".to_vec()];
+    let ids = vec![b"1".to_vec(), b"2".to_vec(), Vec::new()];
+    let first = engine
+        .add_if_absent_with_records("c", "d", entities.clone(), 0, None, ids.clone())
+        .await
+        .unwrap();
+    assert_eq!(first, vec![true, false, true]);
+    let replay = engine
+        .add_if_absent_with_records("c", "d", entities, 0, None, ids)
+        .await
+        .unwrap();
+    assert_eq!(
+        replay,
+        vec![true, false, false],
+        "y had no id: a replay without one reads present"
+    );
+    store.records_full.store(true, Ordering::SeqCst);
+    store.take_calls();
+    let refused = engine
+        .add_if_absent_with_records(
+            "c",
+            "d",
+            items("z", 3),
+            0,
+            None,
+            vec![b"z1".to_vec(), b"z2".to_vec(), b"z3".to_vec()],
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(EngineError::Storage(StorageError::Capacity(_)))),
+        "{refused:?}"
+    );
+    assert_eq!(
+        engine.check_absence("c", "d", items("z", 3)).await.unwrap(),
+        vec![true; 3],
+        "nothing written"
+    );
+    let bad = engine
+        .add_if_absent_with_records("c", "d", items("z", 3), 0, None, vec![b"z1".to_vec()])
+        .await;
+    assert!(
+        matches!(bad, Err(EngineError::Invalid(ref m)) if m.contains("1 record_ids for 3 entities")),
+        "{bad:?}"
+    );
 }

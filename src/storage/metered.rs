@@ -4,7 +4,9 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{BeforeWrite, BitAddr, BitStats, Cell, Change, RequestKey, StorageError, Store};
+use super::{
+    BeforeWrite, BitAddr, BitStats, Cell, Change, ClockOffset, RecordFingerprint, RequestKey, StorageError, Store,
+};
 use crate::deduper::Deduper;
 use crate::metrics;
 
@@ -121,6 +123,34 @@ impl Store for MeteredStore {
         Self::timed("recall_request", || self.inner.recall_request(key))
     }
 
+    fn remember_records(
+        &self,
+        deduper: &Deduper,
+        records: &[(&[u8], RecordFingerprint)],
+        expire_ms: i64,
+    ) -> Result<(), StorageError> {
+        let r = Self::timed("remember_records", || {
+            self.inner.remember_records(deduper, records, expire_ms)
+        });
+        if let Some(n) = self.inner.records_held() {
+            metrics::set_records_held(n);
+        }
+        r
+    }
+
+    fn recall_records(
+        &self,
+        deduper: &Deduper,
+        ids: &[&[u8]],
+        now_ms: i64,
+    ) -> Result<Vec<Option<RecordFingerprint>>, StorageError> {
+        Self::timed("recall_records", || self.inner.recall_records(deduper, ids, now_ms))
+    }
+
+    fn records_held(&self) -> Option<u64> {
+        self.inner.records_held()
+    }
+
     fn max_expire_ms(&self) -> i64 {
         self.inner.max_expire_ms()
     }
@@ -131,6 +161,14 @@ impl Store for MeteredStore {
 
     fn damage(&self) -> Option<String> {
         self.inner.damage()
+    }
+
+    fn clock_offset(&self) -> Result<Option<ClockOffset>, StorageError> {
+        self.inner.clock_offset()
+    }
+
+    fn min_ttl_ms(&self) -> u64 {
+        self.inner.min_ttl_ms()
     }
 
     fn ping(&self) -> Result<(), StorageError> {

@@ -11,6 +11,7 @@
 use crate::deduper::Deduper;
 
 pub mod caller;
+pub mod clock_bound;
 pub mod embedded;
 pub mod hbase;
 pub mod metered;
@@ -59,6 +60,10 @@ pub struct RequestKey {
     pub request_id: Vec<u8>,
 }
 
+/// The 64-bit fingerprint of the entity a remembered record id belongs to
+/// (see `engine::records`).
+pub type RecordFingerprint = u64;
+
 /// What a backend counted of one deduper's bits at one time (see
 /// [`Store::bit_stats`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -68,6 +73,18 @@ pub struct BitStats {
     /// Bits examined: every one of the m bits for an exact count, else the
     /// size of a uniform random sample.
     pub sampled_bits: u64,
+}
+
+/// This replica's clock against the clock of a storage that several
+/// replicas share, from one measurement (see [`Store::clock_offset`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockOffset {
+    /// This replica's clock minus the storage's, in ms: positive when this
+    /// replica is ahead.
+    pub offset_ms: i64,
+    /// Half the round trip of the measurement plus the clocks' 1 ms
+    /// resolution, in ms: the true offset lies within `offset_ms +- error_ms`.
+    pub error_ms: i64,
 }
 
 /// A storage failure.
@@ -181,6 +198,36 @@ pub trait Store: Send + Sync + 'static {
     /// The unexpired record of `key`, if any. Errors: `Unavailable`.
     fn recall_request(&self, key: &RequestKey) -> Result<Option<Vec<u8>>, StorageError>;
 
+    /// Remembers record ids of `deduper` until `expire_ms` (ms since the
+    /// Unix epoch), each with its entity's fingerprint, replacing what an id
+    /// held before; one storage round trip where the backend allows. Durable
+    /// and visible to every replica sharing the storage on return (the
+    /// engine writes the bits only after). Errors: `Unavailable`; `Capacity`
+    /// when the backend's bound on remembered records is reached (nothing
+    /// of this call is remembered then).
+    fn remember_records(
+        &self,
+        deduper: &Deduper,
+        records: &[(&[u8], RecordFingerprint)],
+        expire_ms: i64,
+    ) -> Result<(), StorageError>;
+
+    /// The fingerprints remembered for `ids` of `deduper` and not expired
+    /// at `now_ms`, one per id in order (`None`: not remembered). Errors:
+    /// `Unavailable`, `Corrupt`.
+    fn recall_records(
+        &self,
+        deduper: &Deduper,
+        ids: &[&[u8]],
+        now_ms: i64,
+    ) -> Result<Vec<Option<RecordFingerprint>>, StorageError>;
+
+    /// Records the backend holds in memory now, when it keeps them there
+    /// (the embedded store), for the `solus_records_held` gauge.
+    fn records_held(&self) -> Option<u64> {
+        None
+    }
+
     /// Latest expiry time the backend stores without shortening, in ms
     /// since the Unix epoch.
     fn max_expire_ms(&self) -> i64 {
@@ -195,6 +242,22 @@ pub trait Store: Send + Sync + 'static {
     fn data_location(&self, deduper: &Deduper) -> Option<String> {
         let _ = deduper;
         None
+    }
+
+    /// Measures this replica's clock ([`crate::clock::now_ms`]) against the
+    /// storage's own clock, the one every replica sharing the storage can
+    /// agree on (HBase: a probe cell stamped by the region server). `None`
+    /// for backends no other replica shares (the embedded store). A few
+    /// storage round trips: called on the health probe's schedule, never on
+    /// a request. Errors: `Unavailable`.
+    fn clock_offset(&self) -> Result<Option<ClockOffset>, StorageError> {
+        Ok(None)
+    }
+
+    /// Shortest TTL (ms) this store honours: an expiry may be judged up to
+    /// this much early by some replica (see `clock_bound.rs`); 0 when none.
+    fn min_ttl_ms(&self) -> u64 {
+        0
     }
 
     /// Health check for readiness: storage is reachable and, when the last

@@ -36,6 +36,8 @@ async fn retry_after_a_fault_between_read_and_write_reports_first_occurrences() 
     b.emulator().fail_calls("mutateRowsTs", 10);
     let err = s.data().add_if_absent(aia("d", &items, b"r-1")).await.unwrap_err();
     assert_eq!(err.code(), Code::Unavailable, "{}", err.message());
+    // Storage being unavailable is transient: google.rpc.RetryInfo tells clients to retry.
+    assert!(solus::api::is_transient(&err), "storage failure without RetryInfo");
     b.emulator().fail_calls("mutateRowsTs", 0);
     let retry = s
         .data()

@@ -10,6 +10,7 @@ mod expiry;
 mod failures;
 mod lifecycle;
 mod probability;
+mod records;
 mod service;
 
 pub use admin::*;
@@ -19,6 +20,7 @@ pub use expiry::*;
 pub use failures::*;
 pub use lifecycle::*;
 pub use probability::*;
+pub use records::*;
 pub use service::*;
 
 /// Generates one `#[tokio::test]` per suite function for a backend:
@@ -47,6 +49,7 @@ macro_rules! backend_suite {
             concurrent_updates_lose_no_change,
             request_id_repeats_get_the_first_answer,
             an_empty_request_id_is_no_request_id,
+            record_ids_replay_gets_the_first_answer,
             delete_deduper_refuses_active_then_removes_everything,
             stats_estimate_live_entities_and_fpr,
             stats_fall_to_zero_after_the_ttl,

@@ -8,30 +8,11 @@ from typing import Optional, Sequence
 
 import grpc
 
+from ._errors import ClientClosedError, SolusError  # noqa: F401 - re-exported
 from ._pb import deduper_pb2 as pb
 
-RETRYABLE = frozenset({
-    grpc.StatusCode.UNAVAILABLE,
-    grpc.StatusCode.RESOURCE_EXHAUSTED,
-    grpc.StatusCode.DEADLINE_EXCEEDED,
-    grpc.StatusCode.CANCELLED,
-})
-
 ADD, CHECK_ABSENCE, ADD_IF_ABSENT = "Add", "CheckAbsence", "AddIfAbsent"
-
-
-class SolusError(Exception):
-    """A call that failed for good: a status retrying cannot fix, or a retryable one
-    (``UNAVAILABLE``, ``RESOURCE_EXHAUSTED``, ...) once ``max_attempts`` were spent."""
-
-    def __init__(self, rpc: str, code: grpc.StatusCode, details: str, attempts: int):
-        name = code.name if code is not None else "UNKNOWN"
-        super().__init__(f"{rpc} failed with {name}: {details} (after {attempts} attempt{'s' if attempts != 1 else ''})"
-                         if attempts else f"{rpc} refused: {details}")
-        self.rpc = rpc
-        self.code = code
-        self.details = details
-        self.attempts = attempts
+MAX_RECORD_ID_BYTES = 128
 
 
 @dataclass
@@ -122,17 +103,37 @@ class Settings:
         return entity
 
 
+def check_record_id(record_id) -> Optional[bytes]:
+    """A record id as sent: bytes of at most 128 (a str is encoded UTF-8), None for none (also
+    for an empty one). TypeError for another type, ValueError when longer."""
+    if record_id is None:
+        return None
+    if isinstance(record_id, str):
+        record_id = record_id.encode("utf-8")
+    elif isinstance(record_id, (bytes, bytearray, memoryview)):
+        record_id = bytes(record_id)
+    else:
+        raise TypeError(f"a record id is bytes or str, got {type(record_id).__name__}")
+    if len(record_id) > MAX_RECORD_ID_BYTES:
+        raise ValueError(f"record id of {len(record_id)} bytes refused: at most {MAX_RECORD_ID_BYTES} bytes")
+    return record_id or None
+
+
 def new_request_id() -> bytes:
     return os.urandom(16)
 
 
-def build_request(s: Settings, op: str, deduper: str, entities: list, ttl_ms: int, request_id: bytes):
+def build_request(s: Settings, batch, request_id: bytes):
+    """The request of a sealed ``Batch`` (its key is (rpc, deduper, ttl_ms))."""
+    op, deduper, ttl_ms = batch.key
+    entities = batch.entities()
     if op == ADD:
         return pb.AddRequest(client_id=s.client_id, deduper=deduper, entities=entities, ttl_ms=ttl_ms, request_id=request_id)
     if op == ADD_IF_ABSENT:
         return pb.AddIfAbsentRequest(client_id=s.client_id, deduper=deduper, entities=entities, ttl_ms=ttl_ms,
-                                     request_id=request_id)
-    return pb.CheckAbsenceRequest(client_id=s.client_id, deduper=deduper, entities=entities)
+                                     request_id=request_id, record_ids=batch.record_ids())
+    return pb.CheckAbsenceRequest(client_id=s.client_id, deduper=deduper, entities=entities,
+                                  record_ids=batch.record_ids())
 
 
 def answers(op: str, response, n: int) -> list:

@@ -5,25 +5,31 @@ import heapq
 import itertools
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from typing import Dict, Iterable, List, Optional, Tuple
 
 import grpc
 
-from ._common import (ADD, ADD_IF_ABSENT, CHECK_ABSENCE, RETRYABLE, Settings, SolusError, answers,
-                      build_request, create_request, new_request_id, update_request)
+from ._common import (ADD, ADD_IF_ABSENT, CHECK_ABSENCE, Settings, answers, build_request, check_record_id,
+                      create_request, new_request_id, update_request)
+from ._errors import ClientClosedError, SolusError
 from ._pb import deduper_pb2 as pb
 from ._pb import deduper_pb2_grpc as pb_grpc
+from ._records import DEFER, SAME, Batch, Record, relation
+from ._retry import failure, retry_delay_s
+
+_AFTER_ABORT_WAIT_S = 1.0  # how long close() waits for completions already running elsewhere
 
 
-class _Pending:
-    __slots__ = ("entities", "futures", "bytes", "generation")
-
-    def __init__(self):
-        self.entities: list = []
-        self.futures: list = []
-        self.bytes = 0
-        self.generation = 0
+def _settle(future: Future, value=None, error=None) -> None:
+    """Answer ``future`` unless its caller cancelled it: a cancelled future affects only itself."""
+    try:
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)
+    except InvalidStateError:
+        pass
 
 
 class SolusClient:
@@ -33,15 +39,22 @@ class SolusClient:
     ``max_batch`` entities, sent when full or ``linger_ms`` after its first entity. At most
     ``max_in_flight`` requests run at once (a retry waiting for its backoff counts as one); at most
     ``max_pending_records`` entities wait for their answer, beyond which calls block
-    (backpressure). Retryable failures (``UNAVAILABLE``, ``RESOURCE_EXHAUSTED``,
-    ``DEADLINE_EXCEEDED``, ``CANCELLED``) are retried with exponential backoff and jitter up to
-    ``max_attempts`` attempts, ``Add``/``AddIfAbsent`` with the same ``request_id``: a retry
-    answers what the first attempt computed, so it never turns a new entity into a duplicate.
-    Then every future of the request fails with :class:`SolusError`.
+    (backpressure). A failed attempt is retried only when the server says it is transient (the
+    status carries ``google.rpc.RetryInfo``: wait at least its delay) or the transport failed
+    (``UNAVAILABLE``/``DEADLINE_EXCEEDED`` without status details), with exponential backoff and
+    jitter, up to ``max_attempts``; ``Add``/``AddIfAbsent`` keep the same ``request_id``, so a
+    retry answers what the first attempt computed. Anything else fails at once with
+    :class:`SolusError`.
 
-    A repeat of an entity whose ``add_if_absent`` is still unanswered is not sent again: it is
-    answered ``False`` once the first call is answered, so the first call through this client is
-    the one answered new. Thread-safe.
+    A repeat of an entity whose ``add_if_absent`` is still unanswered is not sent alongside it:
+    without a record id it is answered ``False`` once the first is answered; with the first's
+    record id (the same record) it gets the first's answer; with another record id it is sent
+    once the first is answered (the server decides, so a replayed new record is not dropped).
+
+    Lifecycle: cancelling a future only discards its answer (the entity may still be sent);
+    slots are returned before any future of a batch is completed, so completion callbacks may
+    call this client again (they run on a sender thread; there a call never waits for room,
+    and callbacks must not wait for answers). Thread-safe.
     """
 
     def __init__(self, address: str = "127.0.0.1:50051", *, client_id: str, channel: Optional[grpc.Channel] = None,
@@ -63,31 +76,48 @@ class SolusClient:
         self._methods = {ADD: self._data.Add, CHECK_ABSENCE: self._data.CheckAbsence,
                          ADD_IF_ABSENT: self._data.AddIfAbsent}
         self._lock = threading.Lock()
-        self._pending: Dict[Tuple[str, str, int], _Pending] = {}
-        self._unanswered: Dict[Tuple[str, int, bytes], Future] = {}
-        self._slots = threading.BoundedSemaphore(s.max_pending_records)
-        self._senders = ThreadPoolExecutor(max_workers=s.max_in_flight, thread_name_prefix="solus-send")
-        self._deadlines: list = []  # heap of (monotonic s, seq, key, generation)
+        self._room = threading.Condition(self._lock)   # a slot came back, or close began
+        self._idle = threading.Condition(self._lock)   # _outstanding went down
+        self._wake = threading.Condition(self._lock)   # the linger thread's next deadline changed
+        self._free = s.max_pending_records             # slots not held
+        self._outstanding = 0                          # records queued or in flight, futures unsettled
+        self._pending: Dict[Tuple[str, str, int], Batch] = {}
+        self._in_flight: set = set()                   # sealed batches not completed yet
+        self._unanswered: Dict[Tuple[str, int, bytes], Record] = {}
+        self._deadlines: list = []                     # heap of (monotonic s, seq, key, batch)
         self._seq = itertools.count()
-        self._wake = threading.Condition(self._lock)
         self._closed = False
+        self._aborted = threading.Event()              # close(timeout_s) ran out
+        self._local = threading.local()
+        self._senders = ThreadPoolExecutor(max_workers=s.max_in_flight, thread_name_prefix="solus-send",
+                                           initializer=self._mark_sender)
         self._timer = threading.Thread(target=self._linger_loop, name="solus-linger", daemon=True)
         self._timer.start()
 
     # ------------------------------------------------------------------ data path
 
-    def add_if_absent(self, deduper: str, entity, ttl_ms: Optional[int] = None) -> "Future[bool]":
-        """Remember ``entity`` (bytes or str) and answer whether it was absent just before:
-        True = new, False = probably seen. Blocks while ``max_pending_records`` wait."""
-        return self._submit(ADD_IF_ABSENT, deduper, entity, self._s.ttl_ms if ttl_ms is None else ttl_ms)
+    def add_if_absent(self, deduper: str, entity, ttl_ms: Optional[int] = None,
+                      record_id=None) -> "Future[bool]":
+        """Remember ``entity`` (bytes or str, 1 to ``max_entity_bytes``) for ``ttl_ms`` ms
+        (None: the ``ttl_ms`` setting; 0: the deduper's expiry) and answer whether it was absent
+        just before: True = new, False = probably seen. Blocks while ``max_pending_records`` wait.
 
-    def check_absence(self, deduper: str, entity) -> "Future[bool]":
-        """True = definitely never added (or expired), False = probably present. Changes nothing."""
-        return self._submit(CHECK_ABSENCE, deduper, entity, 0)
+        ``record_id`` (bytes, or str encoded UTF-8; at most 128 bytes, else ValueError) is the
+        record's stable identity: within the server's ``limits.record_id_window_seconds`` the
+        same record id with the same entity, sent again in any batch (a replay after a task
+        retry), gets the answer it got the first time. Entity errors fail the future with
+        :class:`SolusError` (``INVALID_ARGUMENT``); after ``close()`` raises ClientClosedError."""
+        return self._submit(ADD_IF_ABSENT, deduper, entity, self._s.ttl_ms if ttl_ms is None else ttl_ms, record_id)
+
+    def check_absence(self, deduper: str, entity, record_id=None) -> "Future[bool]":
+        """True = definitely never added (or expired), False = probably present. Changes nothing.
+        ``record_id`` as in :meth:`add_if_absent`: a record an earlier ``add_if_absent`` answered
+        new is answered True again."""
+        return self._submit(CHECK_ABSENCE, deduper, entity, 0, record_id)
 
     def add(self, deduper: str, entity, ttl_ms: Optional[int] = None) -> "Future[bool]":
         """Remember ``entity`` for ``ttl_ms`` (0 = the deduper's expiry); the future's value is True."""
-        return self._submit(ADD, deduper, entity, self._s.ttl_ms if ttl_ms is None else ttl_ms)
+        return self._submit(ADD, deduper, entity, self._s.ttl_ms if ttl_ms is None else ttl_ms, None)
 
     def add_if_absent_many(self, deduper: str, entities: Iterable) -> List[bool]:
         """``add_if_absent`` of each entity, answers in order (waits for them all)."""
@@ -98,22 +128,29 @@ class SolusClient:
     def flush(self) -> None:
         """Send every partly filled batch now instead of after its linger time. Does not wait."""
         with self._lock:
-            ready = [(k, self._take(k)) for k in list(self._pending)]
-        for key, batch in ready:
-            if batch:
-                self._send(key, batch)
+            ready = [self._take(k) for k in list(self._pending)]
+        for batch in ready:
+            if batch is not None:
+                self._send(batch)
 
     def close(self, timeout_s: Optional[float] = None) -> None:
-        """Send what is queued, wait for the answers (up to ``timeout_s``), close the channel."""
+        """Stop taking calls, send what is queued and wait for its answers, close the channel.
+
+        Calls made after close began, and calls still blocked on backpressure then, raise
+        :class:`ClientClosedError`. When ``timeout_s`` seconds pass first, every future still
+        unanswered fails with :class:`ClientClosedError` (the server may or may not have
+        executed it) before close returns. On return every future of this client is done."""
+        if getattr(self._local, "sender", False):
+            raise RuntimeError("close() called from a completion callback: it would wait for the thread it runs on")
         with self._lock:
             self._closed = True
+            self._room.notify_all()
             self._wake.notify()
         self.flush()
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        for _ in range(self._s.max_pending_records):
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not self._slots.acquire(timeout=left if left is not None else -1):
-                break
+        with self._lock:
+            done = self._idle.wait_for(lambda: self._outstanding == 0, timeout=timeout_s)
+        if not done:
+            self._abort()
         self._senders.shutdown(wait=False, cancel_futures=True)
         if self._owned is not None:
             self._owned.close()
@@ -124,67 +161,116 @@ class SolusClient:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _submit(self, op: str, deduper: str, entity, ttl_ms: int) -> Future:
+    # ------------------------------------------------------------------ queueing
+
+    def _mark_sender(self):
+        self._local.sender = True
+
+    def _submit(self, op: str, deduper: str, entity, ttl_ms: int, record_id) -> Future:
         if self._closed:
-            raise RuntimeError("the Solus client is closed")
+            raise ClientClosedError(op, "before this call")
+        rid = check_record_id(record_id)
         f: Future = Future()
         try:
             entity = self._s.check_entity(deduper, entity)
         except ValueError as e:
             f.set_exception(SolusError(op, grpc.StatusCode.INVALID_ARGUMENT, str(e), 0))
             return f
-        if op == ADD_IF_ABSENT:
-            ek = (deduper, ttl_ms, entity)
+        rec = Record(entity, rid, f, (deduper, ttl_ms, entity) if op == ADD_IF_ABSENT else None)
+        if rec.ukey is not None:
             with self._lock:
-                earlier = self._unanswered.get(ek)
-                if earlier is None:
-                    self._unanswered[ek] = f
-            if earlier is not None:
-                repeat: Future = Future()
-
-                def follow(e: Future, repeat=repeat):
-                    err = e.exception()
-                    repeat.set_exception(err) if err else repeat.set_result(False)
-                earlier.add_done_callback(follow)
-                return repeat
-
-            def forget(_, ek=ek, f=f):
-                with self._lock:
-                    if self._unanswered.get(ek) is f:
-                        del self._unanswered[ek]
-            f.add_done_callback(forget)
-        self._slots.acquire()
-        key = (op, deduper, ttl_ms)
-        sealed = []
-        with self._lock:
-            p = self._pending.get(key)
-            if p is None:
-                p = self._pending[key] = _Pending()
-            size = len(entity) + 8
-            if p.entities and p.bytes + size > self._s.max_batch_bytes:
-                sealed.append(self._take(key))
-            p.entities.append(entity)
-            p.futures.append(f)
-            p.bytes += size
-            if len(p.entities) >= self._s.max_batch:
-                sealed.append(self._take(key))
-            elif len(p.entities) == 1:
-                when = time.monotonic() + self._s.linger_ms / 1000.0
-                heapq.heappush(self._deadlines, (when, next(self._seq), key, p.generation))
-                if self._deadlines[0][2] == key:
-                    self._wake.notify()
-        for batch in sealed:
-            self._send(key, batch)
+                earlier = self._unanswered.get(rec.ukey)
+                if earlier is not None and relation(earlier.record_id, rid) != DEFER:
+                    self._follow(earlier, rec)  # answered with the earlier one: needs no slot
+                    return f
+        self._take_slot(op, rec)
+        for batch in self._place((op, deduper, ttl_ms), rec, counted=False):
+            self._send(batch)
         return f
 
-    def _take(self, key):
-        """Seal the pending batch of ``key`` (lock held): (entities, futures) or None."""
-        p = self._pending.get(key)
-        if p is None or not p.entities:
+    def _take_slot(self, op: str, rec: Record) -> None:
+        with self._lock:
+            if self._free == 0 and getattr(self._local, "sender", False):
+                return  # from a completion callback: waiting would wait on this very thread
+            while self._free == 0 and not self._closed:
+                self._room.wait()
+            if self._closed:
+                raise ClientClosedError(op, "while this call waited for room (backpressure)")
+            self._free -= 1
+            rec.slot = True
+
+    def _give_back(self, rec: Record) -> None:
+        """Return ``rec``'s slot (lock held)."""
+        if rec.slot:
+            rec.slot = False
+            self._free += 1
+            self._room.notify()
+
+    def _follow(self, earlier: Record, rec: Record) -> None:
+        if earlier.followers is None:
+            earlier.followers = []
+        earlier.followers.append(rec)
+
+    def _place(self, key, rec: Record, counted: bool) -> list:
+        """Queue ``rec`` (holding its slot, or none from a callback); the batches sealed by it.
+        ``counted``: a deferred repeat, already counted in _outstanding and allowed while closing."""
+        with self._lock:
+            refused = self._aborted.is_set() or (self._closed and not counted)
+            if refused:
+                self._give_back(rec)
+                if counted:
+                    self._outstanding -= 1
+                    self._idle.notify_all()
+            else:
+                earlier = self._unanswered.get(rec.ukey) if rec.ukey is not None else None
+                if earlier is not None:
+                    if relation(earlier.record_id, rec.record_id) != DEFER:
+                        self._give_back(rec)
+                        if counted:
+                            self._outstanding -= 1
+                            self._idle.notify_all()
+                    elif not counted:
+                        self._outstanding += 1
+                    self._follow(earlier, rec)
+                    return []
+                if rec.ukey is not None:
+                    self._unanswered[rec.ukey] = rec
+                if not counted:
+                    self._outstanding += 1
+                return self._append(key, rec)
+        error = ClientClosedError(key[0], "before this call was sent")
+        if not counted:
+            raise error
+        _settle(rec.future, error=error)
+        return []
+
+    def _append(self, key, rec: Record) -> list:
+        """Add ``rec`` to the pending batch of ``key`` (lock held); the batches now sealed."""
+        sealed = []
+        batch = self._pending.get(key)
+        if batch is None:
+            batch = self._pending[key] = Batch(key)
+        size = len(rec.entity) + len(rec.record_id or b"") + 8
+        if batch.records and batch.bytes + size > self._s.max_batch_bytes:
+            sealed.append(self._take(key))
+            batch = self._pending[key] = Batch(key)
+        batch.records.append(rec)
+        batch.bytes += size
+        if len(batch.records) >= self._s.max_batch or self._closed:
+            sealed.append(self._take(key))
+        elif len(batch.records) == 1:
+            when = time.monotonic() + self._s.linger_ms / 1000.0
+            heapq.heappush(self._deadlines, (when, next(self._seq), key, batch))
+            if self._deadlines[0][3] is batch:
+                self._wake.notify()
+        return sealed
+
+    def _take(self, key) -> Optional[Batch]:
+        """Seal the pending batch of ``key`` (lock held): it is in flight from now on."""
+        batch = self._pending.pop(key, None)
+        if batch is None or not batch.records:
             return None
-        batch = (p.entities, p.futures)
-        p.entities, p.futures, p.bytes = [], [], 0
-        p.generation += 1
+        self._in_flight.add(batch)
         return batch
 
     def _linger_loop(self):
@@ -196,76 +282,111 @@ class SolusClient:
                         return
                     now = time.monotonic()
                     while self._deadlines and self._deadlines[0][0] <= now:
-                        _, _, key, generation = heapq.heappop(self._deadlines)
-                        p = self._pending.get(key)
-                        if p is not None and p.generation == generation:
-                            batch = self._take(key)
-                            if batch:
-                                due.append((key, batch))
+                        _, _, key, batch = heapq.heappop(self._deadlines)
+                        if self._pending.get(key) is batch:
+                            due.append(self._take(key))
                     if not due:
                         self._wake.wait(self._deadlines[0][0] - now if self._deadlines else 0.5)
-            for key, batch in due:
-                self._send(key, batch)
+            for batch in due:
+                self._send(batch)
 
-    def _send(self, key, batch):
+    # ------------------------------------------------------------------ sending, completing
+
+    def _send(self, batch: Batch) -> None:
         try:
-            self._senders.submit(self._call, key, batch)
-        except RuntimeError as e:  # shut down
-            self._finish(batch[1], error=SolusError(key[0], grpc.StatusCode.CANCELLED, str(e), 0))
+            self._senders.submit(self._call, batch)
+        except RuntimeError:  # the executor is shut down: close() is done with this client
+            self._complete(batch, error=ClientClosedError(batch.key[0], "before this batch was sent"))
 
-    def _call(self, key, batch):
-        op, deduper, ttl_ms = key
-        entities, futures = batch
-        request = build_request(self._s, op, deduper, entities, ttl_ms, new_request_id())
+    def _call(self, batch: Batch) -> None:
+        op = batch.key[0]
+        request = build_request(self._s, batch, new_request_id())
         method = self._methods[op]
         attempt = 0
-        while True:
+        while not batch.claimed:
             attempt += 1
             try:
                 response = method(request, timeout=self._s.deadline_s, metadata=self._s.metadata())
-                got = answers(op, response, len(futures))
+                got = answers(op, response, len(batch.records))
             except grpc.RpcError as e:
-                code = e.code() if callable(getattr(e, "code", None)) else grpc.StatusCode.UNKNOWN
-                if code in RETRYABLE and attempt < self._s.max_attempts:
-                    time.sleep(self._s.backoff_s(attempt))
+                delay = retry_delay_s(e)
+                if delay is not None and attempt < self._s.max_attempts:
+                    if self._aborted.wait(delay + self._s.backoff_s(attempt)):
+                        return  # close(timeout_s) ran out and failed this batch
                     continue
-                details = e.details() if callable(getattr(e, "details", None)) else str(e)
-                self._finish(futures, error=SolusError(op, code, details, attempt))
-                return
-            except SolusError as e:
-                self._finish(futures, error=e)
+                self._complete(batch, error=failure(op, e, attempt, delay is not None))
                 return
             except BaseException as e:  # noqa: BLE001 - a future must never be left pending
-                self._finish(futures, error=e)
+                self._complete(batch, error=e)
                 return
-            self._finish(futures, values=got)
+            self._complete(batch, values=got)
             return
 
-    def _finish(self, futures, values=None, error=None):
-        for i, f in enumerate(futures):
-            if error is not None:
-                f.set_exception(error)
-            else:
-                f.set_result(values[i])
-        for _ in futures:
-            self._slots.release()
+    def _complete(self, batch: Batch, values=None, error=None) -> None:
+        """Answer every record of ``batch`` once: slots first, then futures, then repeats."""
+        with self._lock:
+            if batch.claimed:
+                return
+            batch.claimed = True
+            self._in_flight.discard(batch)
+            for r in batch.records:
+                self._give_back(r)
+                if r.ukey is not None and self._unanswered.get(r.ukey) is r:
+                    del self._unanswered[r.ukey]
+        try:
+            for i, r in enumerate(batch.records):
+                value = None if error is not None else values[i]
+                _settle(r.future, value, error)
+                for follower in r.followers or ():
+                    self._answer_follower(batch.key, r, follower, value, error)
+        finally:
+            with self._lock:
+                self._outstanding -= len(batch.records)
+                self._idle.notify_all()
+
+    def _answer_follower(self, key, first: Record, follower: Record, value, error) -> None:
+        kind = relation(first.record_id, follower.record_id)
+        if kind == DEFER:
+            for batch in self._place(key, follower, counted=True):
+                self._send(batch)
+        elif error is not None:
+            _settle(follower.future, error=error)
+        else:
+            _settle(follower.future, value if kind == SAME else False)
+
+    def _abort(self) -> None:
+        """close(timeout_s) ran out: fail every batch still queued or in flight."""
+        with self._lock:
+            self._aborted.set()
+            batches = list(self._pending.values()) + list(self._in_flight)
+            self._pending.clear()
+            self._deadlines.clear()
+            self._wake.notify()
+        for batch in batches:
+            self._complete(batch, error=ClientClosedError(batch.key[0], "before the server answered (close timeout)"))
+        with self._lock:
+            self._idle.wait_for(lambda: self._outstanding == 0, timeout=_AFTER_ABORT_WAIT_S)
 
     # ------------------------------------------------------------------ admin
 
     def _admin_call(self, rpc: str, request):
         method = getattr(self._admin, rpc)
-        for attempt in range(1, self._s.max_attempts + 1):
+        attempt = 0
+        while True:
+            attempt += 1
             try:
                 return method(request, timeout=self._s.deadline_s, metadata=self._s.metadata())
             except grpc.RpcError as e:
-                if e.code() not in RETRYABLE or attempt >= self._s.max_attempts:
-                    raise SolusError(rpc, e.code(), e.details(), attempt) from None
-                time.sleep(self._s.backoff_s(attempt))
+                delay = retry_delay_s(e)
+                if delay is None or attempt >= self._s.max_attempts:
+                    raise failure(rpc, e, attempt, delay is not None) from None
+                time.sleep(delay + self._s.backoff_s(attempt))
 
     def create_deduper(self, name: str, expected_insertions: int, false_positive_rate: float = 0.01,
                        expiry_seconds: int = 86400) -> pb.Deduper:
         """Create a deduper sized for ``expected_insertions`` distinct entities alive within one
-        ``expiry_seconds`` window at false-positive rate ``false_positive_rate`` in (0, 1)."""
+        ``expiry_seconds`` window at false-positive rate ``false_positive_rate`` in (0, 1).
+        A refusal of the memory budget (``RESOURCE_EXHAUSTED``) is not retried."""
         return self._admin_call("CreateDeduper", create_request(self._s, name, expected_insertions,
                                                                 false_positive_rate, expiry_seconds))
 
@@ -280,3 +401,4 @@ class SolusClient:
                        expiry_seconds: Optional[int] = None) -> pb.Deduper:
         """Change the active flag and/or expiry (None leaves it); the geometry never changes."""
         return self._admin_call("UpdateDeduper", update_request(self._s, name, active, expiry_seconds))
+

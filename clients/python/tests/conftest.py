@@ -1,4 +1,5 @@
 """A real `solus serve` for the tests: the cargo-built binary named by SOLUS_BIN."""
+import contextlib
 import os
 import re
 import shutil
@@ -19,7 +20,9 @@ def _free_port():
 
 
 class SolusServer:
-    def __init__(self):
+    """``env``: extra SOLUS__* settings, e.g. {"SOLUS__LIMITS__MAX_CONCURRENT_REQUESTS": "1"}."""
+
+    def __init__(self, env=None):
         binary = os.environ.get("SOLUS_BIN")
         if not binary or not os.access(binary, os.X_OK):
             raise RuntimeError("SOLUS_BIN must name the cargo-built solus binary (run `cargo build`, then "
@@ -29,6 +32,7 @@ class SolusServer:
         self.port = _free_port()
         self.metrics_port = _free_port()
         self.proc = None
+        self.env = dict(env or {})
 
     @property
     def address(self):
@@ -39,6 +43,7 @@ class SolusServer:
         env.update(SOLUS__SERVER__LISTEN=self.address, SOLUS__METRICS__LISTEN=f"127.0.0.1:{self.metrics_port}",
                    SOLUS__STORAGE__EMBEDDED__PATH=os.path.join(self.dir, "data"),
                    SOLUS__SERVER__DRAIN_TIMEOUT_MS="5000", NO_COLOR="1")
+        env.update(self.env)
         log = open(os.path.join(self.dir, "server.log"), "ab")
         self.proc = subprocess.Popen([self.binary, "serve"], env=env, stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
@@ -71,6 +76,16 @@ class SolusServer:
         with open(os.path.join(self.dir, "server.log"), errors="replace") as f:
             return f.read()
 
+    @contextlib.contextmanager
+    def paused(self):
+        """The server process stopped (SIGSTOP) inside the block: connections stay open, nothing
+        is answered. Resumed (SIGCONT) on the way out, whatever happens."""
+        os.kill(self.proc.pid, signal.SIGSTOP)
+        try:
+            yield self
+        finally:
+            os.kill(self.proc.pid, signal.SIGCONT)
+
     def requests(self, rpc, code="OK"):
         """solus_requests_total{rpc, code} from /metrics (0 when absent)."""
         text = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).read().decode()
@@ -91,6 +106,20 @@ def own_server():
     s = SolusServer().start()
     yield s
     s.close()
+
+
+@pytest.fixture()
+def server_with():
+    """A factory of servers started with extra settings: ``server_with({"SOLUS__...": "1"})``."""
+    started = []
+
+    def start(env):
+        s = SolusServer(env).start()
+        started.append(s)
+        return s
+    yield start
+    for s in started:
+        s.close()
 
 
 _names = iter(range(1, 1_000_000))

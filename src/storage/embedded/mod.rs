@@ -38,6 +38,7 @@ pub mod filter;
 mod journal;
 mod pagefile;
 mod persist;
+mod records;
 mod region;
 mod requests;
 
@@ -53,8 +54,9 @@ use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use serde::Deserialize;
 
 use self::filter::{Filter, tick_ms_for};
+use self::records::Records;
 use self::requests::Requests;
-use super::{BeforeWrite, BitAddr, BitStats, Cell, Change, RequestKey, StorageError, Store};
+use super::{BeforeWrite, BitAddr, BitStats, Cell, Change, RecordFingerprint, RequestKey, StorageError, Store};
 use crate::clock::now_ms;
 use crate::deduper::Deduper;
 
@@ -99,6 +101,11 @@ pub struct EmbeddedConfig {
     /// `journal/<generation>.log.damaged`. Default false: refuse to start,
     /// naming the file, offset and records lost (docs/operations.md).
     pub start_with_damaged_journal: bool,
+    /// Memory the remembered record ids (`record_ids` answered absent) may
+    /// take, in MiB, at 48 bytes per record (about 5.6 million in the
+    /// default); a request whose new record ids do not fit is refused with
+    /// `RESOURCE_EXHAUSTED` until older ones expire. Default 256.
+    pub max_record_memory_mib: u64,
 }
 
 impl Default for EmbeddedConfig {
@@ -113,6 +120,7 @@ impl Default for EmbeddedConfig {
             cache_mib: 4,
             max_request_memory_mib: 64,
             start_with_damaged_journal: false,
+            max_record_memory_mib: 256,
         }
     }
 }
@@ -189,6 +197,8 @@ struct Handles {
     legacy_journal: Keyspace,
     /// Remembered request answers (see `requests.rs`).
     requests: Keyspace,
+    /// Remembered record ids (see `records.rs`).
+    records: Keyspace,
     /// One key, rewritten by the health probe after a failed write.
     probe: Keyspace,
 }
@@ -217,6 +227,7 @@ impl Handles {
             pages: ks("pages", 4)?,
             legacy_journal: ks("journal", 1)?,
             requests: ks("requests", 4)?,
+            records: ks("records", 4)?,
             probe: ks("probe", 1)?,
             db,
         })
@@ -237,6 +248,7 @@ struct Inner {
     /// its bits in memory (and its pages marked dirty).
     commit: RwLock<()>,
     requests: Requests,
+    records: Records,
     entries: RwLock<HashMap<Vec<u8>, Arc<Entry>>>,
     /// Serialises meta changes so create is check-then-insert safe; holds
     /// the bytes reserved by existing dedupers against the memory budget.
@@ -271,6 +283,7 @@ impl EmbeddedStore {
         let handles = Handles::open(&config)?;
         let inner = Inner {
             requests: Requests::new(config.max_request_memory_mib.saturating_mul(1 << 20)),
+            records: Records::new(config.max_record_memory_mib.saturating_mul(1 << 20)),
             config,
             fjall: RwLock::new(Some(handles)),
             broken: AtomicBool::new(false),
@@ -703,7 +716,13 @@ impl Store for EmbeddedStore {
                     ));
                 }
                 self.inner.with_write(|h| {
-                    h.meta.remove(key.clone()).map_err(unavailable)?;
+                    // The deduper's remembered record ids go with it.
+                    let mut batch = h.db.batch();
+                    for kv in h.records.prefix(records::disk_prefix(&key)) {
+                        batch.remove(&h.records, kv.key().map_err(unavailable)?);
+                    }
+                    batch.remove(&h.meta, key.clone());
+                    batch.commit().map_err(unavailable)?;
                     h.db.persist(PersistMode::SyncAll).map_err(unavailable)
                 })
             });
@@ -713,6 +732,7 @@ impl Store for EmbeddedStore {
             }
             return Err(e);
         }
+        self.inner.records.forget_deduper(&key);
         remove_page_file(&self.inner.config, &stored)?;
         *reserved = reserved.saturating_sub(Filter::full_memory_bytes(&stored.geometry));
         Ok(true)
@@ -757,6 +777,45 @@ impl Store for EmbeddedStore {
 
     fn recall_request(&self, key: &RequestKey) -> Result<Option<Vec<u8>>, StorageError> {
         Ok(self.inner.requests.recall(key, now_ms()))
+    }
+
+    /// In memory, and in the `records` keyspace in one batch (synced like a
+    /// write) before they are visible.
+    fn remember_records(
+        &self,
+        deduper: &Deduper,
+        records: &[(&[u8], RecordFingerprint)],
+        expire_ms: i64,
+    ) -> Result<(), StorageError> {
+        let inner = &self.inner;
+        let key = codec::deduper_key(&deduper.client_id, &deduper.name);
+        inner.records.remember(&key, records, expire_ms, now_ms(), |entries| {
+            inner.with_write(|h| {
+                let mut batch = h.db.batch();
+                for (k, v) in entries {
+                    batch.insert(&h.records, k.as_slice(), v.as_slice());
+                }
+                batch.commit().map_err(unavailable)?;
+                if inner.config.fsync {
+                    h.db.persist(PersistMode::SyncData).map_err(unavailable)?;
+                }
+                Ok(())
+            })
+        })
+    }
+
+    fn recall_records(
+        &self,
+        deduper: &Deduper,
+        ids: &[&[u8]],
+        now_ms: i64,
+    ) -> Result<Vec<Option<RecordFingerprint>>, StorageError> {
+        let key = codec::deduper_key(&deduper.client_id, &deduper.name);
+        Ok(self.inner.records.recall(&key, ids, now_ms))
+    }
+
+    fn records_held(&self) -> Option<u64> {
+        Some(self.inner.records.count())
     }
 
     /// Ticks are whole seconds or longer in a `u32`: 2106-02-07T06:28:15Z.

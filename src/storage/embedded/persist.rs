@@ -99,6 +99,11 @@ impl Inner {
             let (key, value) = kv.into_inner().map_err(unavailable)?;
             requests += u64::from(self.requests.load(&key, &value, now_ms()));
         }
+        let mut record_ids = 0u64;
+        for kv in h.records.iter() {
+            let (key, value) = kv.into_inner().map_err(unavailable)?;
+            record_ids += u64::from(self.records.load(&key, &value, now_ms()));
+        }
         if torn > 0 {
             tracing::warn!(
                 torn_pages = torn,
@@ -108,6 +113,7 @@ impl Inner {
         tracing::info!(
             dedupers = map.len(),
             requests,
+            record_ids,
             pages,
             legacy_pages = legacy,
             journal_records = records,
@@ -234,6 +240,9 @@ impl Inner {
         let mut batch = h.db.batch();
         for key in self.requests.sweep(now_ms()) {
             batch.remove(&h.requests, key);
+        }
+        for key in self.records.sweep(now_ms()) {
+            batch.remove(&h.records, key);
         }
         batch.commit().map_err(unavailable)?;
         if self.legacy_pages.load(Ordering::SeqCst) {

@@ -70,9 +70,16 @@ pub mod meta_col {
     pub const FALSE_POSITIVE_RATE: &str = "p";
     pub const LOCATION: &str = "loc";
     pub const VERSION: &str = "ver";
+    /// The creation claim's state (`claim.rs`): absent on rows created
+    /// before claims had one, a creator's token while a create is in
+    /// progress, [`super::CLAIM_DONE`] once it committed.
+    pub const CLAIM: &str = "claim";
+    /// A cell stamped by HBase on a create that meets another's claim,
+    /// read back as HBase's "now" in that row (`claim.rs`).
+    pub const SEEN: &str = "seen";
     pub const MAX_EXPIRY: &str = "maxexp";
     /// Every meta column, for reads that must not fetch anything else.
-    pub const ALL: [&str; 14] = [
+    pub const ALL: [&str; 16] = [
         NAME,
         HASH_FUNCTIONS,
         SHARDS,
@@ -86,15 +93,33 @@ pub mod meta_col {
         FALSE_POSITIVE_RATE,
         LOCATION,
         VERSION,
+        CLAIM,
+        SEEN,
         MAX_EXPIRY,
     ];
     /// Column of a remembered request's record, in its own row.
     pub const REQUEST: &str = "req";
+    /// Column of a remembered record id, in its own row (`records.rs`).
+    pub const RECORD: &str = "rec";
 }
 
 /// `family:qualifier`, the way Thrift1 names a column.
 pub fn column(family: &str, qualifier: &str) -> Vec<u8> {
     format!("{family}:{qualifier}").into_bytes()
+}
+
+/// The value of `C:claim` once a create committed; a creator's token is
+/// never these 4 bytes (tokens are 16).
+pub const CLAIM_DONE: &[u8] = b"done";
+
+/// A delete of every version of one column up to the call's timestamp.
+pub fn delete(column: Vec<u8>) -> Mutation {
+    Mutation {
+        is_delete: Some(true),
+        column: Some(column),
+        value: None,
+        write_to_w_a_l: Some(true),
+    }
 }
 
 /// A put of one cell, written to the WAL (the generated `Default` has WAL off).
@@ -206,8 +231,32 @@ pub fn request_row_key(client_id: &str, deduper: &str, request_id: &[u8]) -> Vec
     layout::prefixed(format!("request|{client_id}|{deduper}|{hex}").as_bytes())
 }
 
+/// Row key of a remembered record id in the client's meta table:
+/// `<prefix>record|<client_id>|<deduper>|<record_id as hex>`.
+pub fn record_row_key(client_id: &str, deduper: &str, record_id: &[u8]) -> Vec<u8> {
+    let hex: String = record_id.iter().map(|b| format!("{b:02x}")).collect();
+    layout::prefixed(format!("record|{client_id}|{deduper}|{hex}").as_bytes())
+}
+
+/// The optional columns `d` does not have, and `ver`: a create deletes
+/// them at its cell timestamp, so an abandoned creator's late write of
+/// them cannot show through (`claim.rs`).
+pub fn absent_columns(d: &Deduper) -> Vec<Mutation> {
+    use meta_col::*;
+    let mut out = vec![delete(column(layout::META_FAMILY, VERSION))];
+    if d.expected_insertions.is_none() || d.false_positive_rate.is_none() {
+        out.push(delete(column(layout::META_FAMILY, EXPECTED_INSERTIONS)));
+        out.push(delete(column(layout::META_FAMILY, FALSE_POSITIVE_RATE)));
+    }
+    if d.data_location.is_none() {
+        out.push(delete(column(layout::META_FAMILY, LOCATION)));
+    }
+    out
+}
+
 /// Reads a meta row's columns (keyed `C:<qualifier>` as Thrift returns
-/// them). `Ok(None)` for a row whose creation has not finished (no `hf`);
+/// them). `Ok(None)` for a row whose creation has not finished (no `hf`,
+/// or a `claim` cell holding a creator's token rather than [`CLAIM_DONE`]);
 /// `Corrupt` naming the column when a value cannot be decoded.
 pub fn decode_deduper(client_id: &str, columns: &BTreeMap<Vec<u8>, TCell>) -> Result<Option<Deduper>, StorageError> {
     use meta_col::*;
@@ -216,7 +265,7 @@ pub fn decode_deduper(client_id: &str, columns: &BTreeMap<Vec<u8>, TCell>) -> Re
             .get(&column(layout::META_FAMILY, q))
             .and_then(|c| c.value.as_deref())
     };
-    if get(HASH_FUNCTIONS).is_none() {
+    if get(HASH_FUNCTIONS).is_none() || get(CLAIM).is_some_and(|c| c != CLAIM_DONE) {
         return Ok(None);
     }
     let bad =

@@ -80,6 +80,12 @@ pub struct HbaseConfig {
     /// losing the swap answers "present" for that row's entities). Off, two
     /// replicas racing on one new entity can both answer "absent". Default true.
     pub add_if_absent_guard: bool,
+    /// Largest tolerated offset of this replica's clock from HBase's, in ms,
+    /// measured at start-up and on every health probe. Beyond it the replica
+    /// reports `NOT_SERVING` and refuses writes until back within; TTLs
+    /// shorter than twice this are refused (see docs/operations.md,
+    /// "Clocks"). 0 measures without enforcing. Default 500.
+    pub max_clock_offset_ms: u64,
 }
 
 /// A list, or one comma-separated string (environment variables are strings).
@@ -113,6 +119,7 @@ impl Default for HbaseConfig {
             max_cells_per_read: 65_536,
             max_request_bytes: 1 << 20,
             add_if_absent_guard: true,
+            max_clock_offset_ms: 500,
         }
     }
 }

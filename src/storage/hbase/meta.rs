@@ -1,14 +1,8 @@
 //! Deduper configs in the per-client meta table `<client_id>_dedupers`.
 //!
-//! Create: Thrift1's `checkAndPut` puts a single cell, so a config cannot be
-//! written whole and conditionally. Creation claims the row with
-//! `checkAndPut(C:name, expected empty, put C:name)` - exactly one caller
-//! wins, the others get `AlreadyExists` - then writes every column with
-//! `mutateRow`. A row holding `name` but no `hf` is a creation in progress:
-//! reads skip it (not found), and a create that meets one answers
-//! `Unavailable` ("retry") while the claim is younger than
-//! [`CLAIM_TAKEOVER_MS`], and after that treats the claimer as dead and
-//! writes its own config over the claim.
+//! Create: see `claim.rs` (a claim cell swapped by `checkAndPut`, decided by
+//! HBase's timestamps alone). A row without `hf`, or whose `claim` holds a
+//! creator's token, is a creation in progress: reads skip it (not found).
 //!
 //! Update: compare-and-set on the `ver` cell (see `codec.rs`). Read the row,
 //! apply the change, `checkAndPut(C:ver, expected = the ver read, put the
@@ -41,10 +35,6 @@ use super::tables::Tables;
 use crate::contract::layout;
 use crate::deduper::Deduper;
 use crate::storage::{Change, RequestKey, StorageError};
-
-/// How old (by its HBase timestamp, ms) an unfinished claim must be before
-/// another create may take it over.
-pub const CLAIM_TAKEOVER_MS: i64 = 30_000;
 
 /// Compare-and-set attempts of one update before it answers `Unavailable`.
 pub const UPDATE_ATTEMPTS: u32 = 50;
@@ -95,21 +85,18 @@ pub fn get(pool: &Pool, tables: &Tables, client_id: &str, name: &str) -> Result<
     }
 }
 
-/// Writes every column of `d` in one `mutateRowTs` at cell timestamp
-/// `d.update_time_ms` (idempotent, retried; a lost table is re-created first).
-pub fn put_all(pool: &Pool, tables: &Tables, d: &Deduper) -> Result<(), StorageError> {
-    put_columns(pool, tables, d, codec::deduper_mutations(d))
-}
-
 /// Writes `C:maxexp` of `d` at its own timestamp (`codec::max_expiry_put`);
 /// nothing when the mark is unknown. Idempotent, retried.
-fn put_max_expiry(pool: &Pool, tables: &Tables, d: &Deduper) -> Result<(), StorageError> {
+pub(super) fn put_max_expiry(pool: &Pool, tables: &Tables, d: &Deduper) -> Result<(), StorageError> {
     let Some((put, timestamp)) = codec::max_expiry_put(d) else {
         return Ok(());
     };
     put_columns_at(pool, tables, d, vec![put], timestamp)
 }
 
+/// Writes `mutations` to `d`'s config row in one `mutateRowTs` at cell
+/// timestamp `d.update_time_ms` (idempotent, retried; a lost table is
+/// re-created first).
 fn put_columns(pool: &Pool, tables: &Tables, d: &Deduper, mutations: Vec<Mutation>) -> Result<(), StorageError> {
     put_columns_at(pool, tables, d, mutations, d.update_time_ms)
 }
@@ -280,48 +267,6 @@ pub fn remember_request(
     )))
 }
 
-/// Claims the row, then writes the config (see the module docs). Errors:
-/// `AlreadyExists`; `Unavailable` when HBase fails or another create of the
-/// same name is still in progress.
-pub fn create(pool: &Pool, tables: &Tables, d: &Deduper, now_ms: i64) -> Result<(), StorageError> {
-    let table = layout::meta_table(&d.client_id);
-    let row = layout::meta_row_key(&d.client_id, &d.name);
-    let name_col = codec::column(layout::META_FAMILY, meta_col::NAME);
-    // Not retried: had a lost answer hidden a successful claim, the retry
-    // would see our own claim and report AlreadyExists. Except after a
-    // missing table, when nothing was claimed: re-created, then tried again.
-    let claimed = tables.on_table(pool, &table, &format!("checkAndPut {table}"), || {
-        pool.call(Retry::Once, |c| {
-            c.check_and_put(
-                table.clone().into_bytes(),
-                row.clone(),
-                name_col.clone(),
-                Vec::new(),
-                codec::put(name_col.clone(), d.name.clone().into_bytes()),
-                Attributes::new(),
-            )
-        })
-    })?;
-    if !claimed {
-        let columns = read_row(pool, tables, &d.client_id, &d.name)?.unwrap_or_default();
-        if codec::decode_deduper(&d.client_id, &columns)?.is_some() {
-            return Err(StorageError::AlreadyExists);
-        }
-        let claimed_at = columns.get(&name_col).and_then(|c| c.timestamp).unwrap_or(0);
-        if now_ms - claimed_at < CLAIM_TAKEOVER_MS {
-            return Err(StorageError::Unavailable(format!(
-                "deduper {:?} of client {:?} is being created by another request; retry in a few seconds",
-                d.name, d.client_id
-            )));
-        }
-        tracing::warn!(client_id = %d.client_id, name = %d.name, claimed_at, "taking over an abandoned deduper creation");
-    }
-    // The mark first: a create cut short after it leaves a claim, not a
-    // config without its mark (which a delete would take as unknown).
-    put_max_expiry(pool, tables, d)?;
-    put_all(pool, tables, d)
-}
-
 /// Scans the client's meta table (only rows whose `a` is true when
 /// `active_only`, filtered by HBase) and returns complete configs sorted by
 /// name. A missing table is an empty list (and forgotten as checked).
@@ -408,7 +353,7 @@ mod tests {
     #[test]
     fn every_meta_column_is_asked_by_name() {
         let cols = meta_columns();
-        assert_eq!(cols.len(), 14);
+        assert_eq!(cols.len(), 16);
         assert!(cols.iter().all(|c| c.starts_with(b"C:") && c.len() > 2));
     }
 }

@@ -7,7 +7,7 @@
 //! DC-level ones, family `S` (one version, GZ, ROWCOL bloom); one row per
 //! shard ([`layout::data_row_key`]), one cell per bit. Meta: one table per
 //! client, `<client_id>_dedupers`, family `C`; see `codec.rs` for the
-//! columns and their Java `Bytes.toBytes` encodings and `meta.rs` for how
+//! columns and their Java `Bytes.toBytes` encodings and `claim.rs` for how
 //! creation stays exclusive.
 //!
 //! # Writes and the never-backwards rule
@@ -58,6 +58,8 @@
 //! (with `create_tables`) and the call repeated once (`tables.rs`), `ping`
 //! included, so health recovers without a restart.
 
+mod claim;
+mod clock_probe;
 mod codec;
 pub mod config;
 mod data;
@@ -65,6 +67,7 @@ mod guard;
 mod lifecycle;
 mod meta;
 mod pool;
+mod records;
 mod tables;
 
 use std::collections::BTreeSet;
@@ -78,7 +81,9 @@ use self::data::ReadGroup;
 use self::pool::{Pool, Retry};
 use self::tables::Tables;
 pub use self::tables::{data_family, meta_family};
-use super::{BeforeWrite, BitAddr, BitStats, Cell, Change, RequestKey, StorageError, Store};
+use super::{
+    BeforeWrite, BitAddr, BitStats, Cell, Change, ClockOffset, RecordFingerprint, RequestKey, StorageError, Store,
+};
 use crate::clock::now_ms;
 use crate::contract::layout;
 use crate::deduper::{Deduper, Level};
@@ -90,6 +95,8 @@ pub struct HbaseStore {
     farm: String,
     pool: Pool,
     tables: Tables,
+    /// This process's clock probe row (`clock_probe.rs`).
+    probe_id: u64,
 }
 
 impl HbaseStore {
@@ -110,6 +117,7 @@ impl HbaseStore {
             config,
             table: table.to_string(),
             farm: farm.to_string(),
+            probe_id: rand::random(),
         };
         match store.pool.call(Retry::Once, |c| c.get_table_names()) {
             Ok(_) => store.tables.ensure_data(&store.pool)?,
@@ -368,7 +376,7 @@ impl Store for HbaseStore {
         self.tables.ensure_meta(&self.pool, &deduper.client_id)?;
         let now = now_ms();
         self.check_tombstone(deduper, now)?;
-        meta::create(&self.pool, &self.tables, deduper, now)
+        claim::create(&self.pool, &self.tables, deduper)
     }
 
     /// Shard rows by geometry, then the config row: see `lifecycle.rs`.
@@ -406,6 +414,32 @@ impl Store for HbaseStore {
         meta::recall_request(&self.pool, key, now_ms())
     }
 
+    /// Plain puts of `record|...` rows in the client's meta table (`records.rs`).
+    fn remember_records(
+        &self,
+        deduper: &Deduper,
+        records: &[(&[u8], RecordFingerprint)],
+        expire_ms: i64,
+    ) -> Result<(), StorageError> {
+        records::remember(
+            &self.pool,
+            deduper,
+            records,
+            expire_ms,
+            now_ms(),
+            self.config.max_request_bytes,
+        )
+    }
+
+    fn recall_records(
+        &self,
+        deduper: &Deduper,
+        ids: &[&[u8]],
+        now_ms: i64,
+    ) -> Result<Vec<Option<RecordFingerprint>>, StorageError> {
+        records::recall(&self.pool, deduper, ids, now_ms, self.config.max_request_bytes)
+    }
+
     /// The data table (`storage.table`, or `<table>_<farm>` for DC level).
     fn data_location(&self, deduper: &Deduper) -> Option<String> {
         Some(self.data_table(deduper))
@@ -417,6 +451,12 @@ impl Store for HbaseStore {
 
     fn list_dedupers(&self, client_id: &str, active_only: bool) -> Result<Vec<Deduper>, StorageError> {
         meta::list(&self.pool, &self.tables, client_id, active_only)
+    }
+
+    /// A probe cell stamped by HBase, written and read back: see
+    /// `clock_probe.rs`. Two Thrift calls per sample, up to three samples.
+    fn clock_offset(&self) -> Result<Option<ClockOffset>, StorageError> {
+        self.measure_clock().map(Some)
     }
 
     /// Checks the data tables if not done yet, then one `isTableEnabled` of

@@ -1,34 +1,20 @@
 package dev.solus.client;
 
 import com.google.protobuf.ByteString;
-import io.grpc.CallOptions;
 import io.grpc.Channel;
-import io.grpc.ChannelCredentials;
-import io.grpc.ClientCall;
 import io.grpc.ClientInterceptor;
 import io.grpc.ClientInterceptors;
-import io.grpc.ForwardingClientCall;
-import io.grpc.Grpc;
-import io.grpc.InsecureChannelCredentials;
 import io.grpc.ManagedChannel;
-import io.grpc.ManagedChannelBuilder;
-import io.grpc.Metadata;
-import io.grpc.MethodDescriptor;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
-import io.grpc.TlsChannelCredentials;
 import io.grpc.stub.StreamObserver;
-import java.io.File;
 import java.io.IOException;
 import java.io.Serializable;
-import java.io.UncheckedIOException;
-import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.security.SecureRandom;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collections;
-import java.util.EnumSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
@@ -67,18 +53,32 @@ import solus.v1.DeduperServiceGrpc;
  * {@code maxPendingRecords} entities may wait for their answer, beyond which calls block
  * (backpressure) until answers come back.
  *
- * <p>A request failing with a retryable status ({@code UNAVAILABLE}, {@code RESOURCE_EXHAUSTED},
- * {@code DEADLINE_EXCEEDED}, {@code CANCELLED}) is retried with exponential backoff and jitter,
- * up to {@code maxAttempts} attempts; {@code Add} and {@code AddIfAbsent} are retried with the
- * same {@code request_id}, so the server answers a retry with what the first attempt computed: a
- * retry never turns a new entity into a duplicate. Once the budget is spent, or on any other
- * status, every future of the request fails with a {@link SolusException}.
+ * <p>A request is retried only when a retry can help: when the server attached
+ * {@code google.rpc.RetryInfo} to its refusal (the concurrency limit, storage unavailable, a
+ * draining server; the next attempt waits at least its {@code retry_delay}), or on
+ * {@code UNAVAILABLE} or {@code DEADLINE_EXCEEDED} without a status-details trailer (no server answered, or
+ * the attempt's deadline passed). Waits grow exponentially with jitter, up to {@code maxAttempts}
+ * attempts; {@code Add} and {@code AddIfAbsent} are retried with the same {@code request_id}, so
+ * the server answers a retry with what the first attempt computed: a retry never turns a new
+ * entity into a duplicate. Once the budget is spent, or at once on any other failure (the memory
+ * budget, a bad request, a missing deduper, ...), every future of the request fails with a
+ * {@link SolusException}.
  *
  * <p>Answers of {@code addIfAbsent} follow call order: a repeat of an entity whose
  * {@code addIfAbsent} is still unanswered is not sent again but answered "present" once the first
  * call is answered (it fails with the first call's error if that one fails), so of several calls
  * with one entity through one client, the first one made is the one answered new. Across clients
- * and processes, the server's order decides.
+ * and processes, the server's order decides. With record ids
+ * ({@link #addIfAbsent(String, byte[], byte[])}) a repeat with the same record id is the same
+ * record and gets the first call's answer; those with other record ids are sent, together, once
+ * the calls before are answered, so that a replayed record is answered as its first occurrence
+ * was.
+ *
+ * <p>Futures: cancelling one affects only it (the record is still sent; its batch and the repeats
+ * waiting for it complete as usual). A batch gives its {@code maxPendingRecords} slots back before
+ * completing its futures, so a callback may call this client again without deadlocking; a callback
+ * that throws affects only its own dependent future. {@link #close(Duration)} completes every
+ * outstanding future, with its answer or a {@link SolusException}.
  *
  * <p>Thread-safe; one instance per process is enough. Futures complete on gRPC's threads: keep
  * callbacks short or move work elsewhere with the {@code *Async} methods of
@@ -88,12 +88,9 @@ public final class SolusClient implements AutoCloseable {
     /** The default gRPC port of {@code solus serve}. */
     public static final int DEFAULT_PORT = 50051;
 
-    private static final Set<Status.Code> RETRYABLE = EnumSet.of(
-            Status.Code.UNAVAILABLE, Status.Code.RESOURCE_EXHAUSTED,
-            Status.Code.DEADLINE_EXCEEDED, Status.Code.CANCELLED);
-    private static final Metadata.Key<String> AUTHORIZATION =
-            Metadata.Key.of("authorization", Metadata.ASCII_STRING_MARSHALLER);
     private static final SecureRandom RANDOM = new SecureRandom();
+    /** The server's limit on one record id, in bytes. */
+    static final int MAX_RECORD_ID_BYTES = 128;
 
     private final Builder cfg;
     private final ManagedChannel ownedChannel;
@@ -107,14 +104,17 @@ public final class SolusClient implements AutoCloseable {
     private final ConcurrentLinkedDeque<Batch> ready = new ConcurrentLinkedDeque<>();
     private final Set<Batch> live = ConcurrentHashMap.newKeySet();
     /** AddIfAbsent calls not answered yet, by entity: a repeat meanwhile waits for the first. */
-    private final Map<EntityKey, CompletableFuture<Boolean>> unanswered = new ConcurrentHashMap<>();
+    private final Unanswered unanswered = new Unanswered();
+    /** No new calls: set when close begins. */
     private volatile boolean closed;
+    /** Set when close stops waiting: what is still unanswered then fails, nothing new is sent. */
+    private volatile boolean terminated;
 
     private SolusClient(Builder b) {
         this.cfg = b.copy();
         ManagedChannel ch = b.channel;
         if (ch == null) {
-            ch = openChannel(b);
+            ch = Channels.open(b.address, b.caCertFile, b.clientCertFile, b.clientKeyFile, b.tlsAuthority);
             this.ownedChannel = ch;
         } else {
             this.ownedChannel = null;
@@ -122,7 +122,7 @@ public final class SolusClient implements AutoCloseable {
         this.managed = ch;
         List<ClientInterceptor> interceptors = new ArrayList<>(b.interceptors);
         if (b.bearerToken != null) {
-            interceptors.add(bearer(b.bearerToken));
+            interceptors.add(Channels.bearer(b.bearerToken));
         }
         Channel intercepted = ClientInterceptors.intercept(ch, interceptors);
         this.data = DeduperServiceGrpc.newStub(intercepted);
@@ -152,12 +152,46 @@ public final class SolusClient implements AutoCloseable {
      * <p>Blocks while {@code maxPendingRecords} entities already wait for their answer.
      */
     public CompletableFuture<Boolean> addIfAbsent(String deduper, byte[] entity) {
-        return submit(Op.ADD_IF_ABSENT, deduper, entity, cfg.ttlMs());
+        return submit(Op.ADD_IF_ABSENT, deduper, entity, null, cfg.ttlMs());
     }
 
     /** {@link #addIfAbsent(String, byte[])} with an explicit TTL (at most the deduper's expiry). */
     public CompletableFuture<Boolean> addIfAbsent(String deduper, byte[] entity, Duration ttl) {
-        return submit(Op.ADD_IF_ABSENT, deduper, entity, ttlMs(ttl));
+        return submit(Op.ADD_IF_ABSENT, deduper, entity, null, ttlMs(ttl));
+    }
+
+    /**
+     * {@link #addIfAbsent(String, byte[])} of one record identified by {@code recordId}: a stable
+     * id of the record (not of its entity), such as its source position (topic, partition,
+     * offset). When a record whose entity was answered {@code true} comes again with the same
+     * entity and record id (a replay after a restart, a rebalance, a retry after a timeout),
+     * within the server's {@code limits.record_id_window_seconds}, in any batch and through any
+     * client, it is answered {@code true} again instead of "present": replaying a new record
+     * never drops it. Another record of the same entity is answered "present" as usual.
+     *
+     * <p>Through one client, a call of an entity whose earlier {@code addIfAbsent} is still
+     * unanswered gets, with the same record id, the earlier call's answer (it is the same record,
+     * not sent twice); with another record id it is sent once the earlier calls are answered
+     * (with the other calls that waited meanwhile, mostly in one request), so the server sees
+     * them in call order and answers a replayed record as its first occurrence; without a record
+     * id it is answered {@code false} once the earlier call is answered.
+     *
+     * <p>The future fails with a {@link SolusException} as for the plain call, and with
+     * {@code RESOURCE_EXHAUSTED} (not retried) when the server cannot remember more record ids
+     * ({@code storage.embedded.max_record_memory_mib}).
+     *
+     * @param recordId 0 to 128 bytes; {@code null} or empty = no record id (the call then
+     *     behaves as {@link #addIfAbsent(String, byte[])}; write {@code (byte[]) null}, as a bare
+     *     {@code null} also fits the {@code Duration} overload)
+     * @throws IllegalArgumentException when {@code recordId} is longer than 128 bytes
+     */
+    public CompletableFuture<Boolean> addIfAbsent(String deduper, byte[] entity, byte[] recordId) {
+        return submit(Op.ADD_IF_ABSENT, deduper, entity, recordId, cfg.ttlMs());
+    }
+
+    /** {@link #addIfAbsent(String, byte[], byte[])} with an explicit TTL (at most the deduper's expiry). */
+    public CompletableFuture<Boolean> addIfAbsent(String deduper, byte[] entity, byte[] recordId, Duration ttl) {
+        return submit(Op.ADD_IF_ABSENT, deduper, entity, recordId, ttlMs(ttl));
     }
 
     /** {@link #addIfAbsent(String, byte[])} of the UTF-8 bytes of {@code entity}. */
@@ -170,7 +204,20 @@ public final class SolusClient implements AutoCloseable {
      * (or its TTL passed), {@code false} = probably present. Changes nothing.
      */
     public CompletableFuture<Boolean> checkAbsence(String deduper, byte[] entity) {
-        return submit(Op.CHECK_ABSENCE, deduper, entity, 0);
+        return submit(Op.CHECK_ABSENCE, deduper, entity, null, 0);
+    }
+
+    /**
+     * {@link #checkAbsence(String, byte[])} of one record identified by {@code recordId} (see
+     * {@link #addIfAbsent(String, byte[], byte[])}): {@code true} also when an earlier
+     * {@code addIfAbsent} of this entity and record id was answered {@code true} within the
+     * server's {@code limits.record_id_window_seconds}, i.e. this record is the one that is new.
+     *
+     * @param recordId 0 to 128 bytes; {@code null} or empty = no record id
+     * @throws IllegalArgumentException when {@code recordId} is longer than 128 bytes
+     */
+    public CompletableFuture<Boolean> checkAbsence(String deduper, byte[] entity, byte[] recordId) {
+        return submit(Op.CHECK_ABSENCE, deduper, entity, recordId, 0);
     }
 
     /** {@link #checkAbsence(String, byte[])} of the UTF-8 bytes of {@code entity}. */
@@ -180,12 +227,12 @@ public final class SolusClient implements AutoCloseable {
 
     /** Remembers {@code entity} for the builder's TTL; completes once the server acknowledged it. */
     public CompletableFuture<Void> add(String deduper, byte[] entity) {
-        return submit(Op.ADD, deduper, entity, cfg.ttlMs()).thenApply(x -> null);
+        return submit(Op.ADD, deduper, entity, null, cfg.ttlMs()).thenApply(x -> null);
     }
 
     /** {@link #add(String, byte[])} with an explicit TTL (at most the deduper's expiry). */
     public CompletableFuture<Void> add(String deduper, byte[] entity, Duration ttl) {
-        return submit(Op.ADD, deduper, entity, ttlMs(ttl)).thenApply(x -> null);
+        return submit(Op.ADD, deduper, entity, null, ttlMs(ttl)).thenApply(x -> null);
     }
 
     /** {@link #add(String, byte[])} of the UTF-8 bytes of {@code entity}. */
@@ -204,25 +251,38 @@ public final class SolusClient implements AutoCloseable {
     }
 
     /**
-     * Sends what is queued, waits up to {@code timeout} for every answer, then closes the channel
-     * (when the client opened it). Futures still unanswered then fail with {@code CANCELLED}.
-     * Calls made after {@code close} fail with {@link IllegalStateException}.
+     * Sends what is queued, waits up to {@code timeout} for every answer (retries included), then
+     * closes the channel (when the client opened it). Every future of a call made before
+     * {@code close} is complete when it returns: with its answer, or failed with a
+     * {@link SolusException} ({@code CANCELLED}, "the Solus client was closed before an answer
+     * came") if none came in time; a call still waiting for a slot then gets such a failed future.
+     * Calls made after {@code close} began throw {@link IllegalStateException}. Takes about
+     * {@code timeout}, plus up to 5 s for the channel to shut down.
      */
     public void close(Duration timeout) {
         closed = true;
         flush();
-        boolean drained = false;
         try {
-            drained = pendingRecords.tryAcquire(cfg.maxPendingRecords, timeout.toMillis(), TimeUnit.MILLISECONDS);
+            // Every unanswered record holds a slot: all slots free = all answered.
+            if (pendingRecords.tryAcquire(cfg.maxPendingRecords, timeout.toMillis(), TimeUnit.MILLISECONDS)) {
+                pendingRecords.release(cfg.maxPendingRecords);
+            }
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
         }
+        terminated = true;
         timer.shutdownNow();
-        if (!drained) {
-            Status st = Status.CANCELLED.withDescription("the Solus client was closed before an answer came");
-            for (Batch b : live) {
-                b.fail(new SolusException(b.op.rpc, st, b.attempts));
+        // After `terminated`, an offer fails instead of queueing, so one pass over the pending
+        // batches and the live ones reaches everything left (calls waiting for an earlier
+        // call fail as that one fails).
+        for (Pending p : pending.values()) {
+            Batch b = p.take();
+            if (b != null) {
+                b.fail(closedError(b.op, 0)); // never sent
             }
+        }
+        for (Batch b : live) {
+            b.fail(closedError(b.op, b.attempts));
         }
         if (ownedChannel != null) {
             ownedChannel.shutdownNow();
@@ -234,15 +294,21 @@ public final class SolusClient implements AutoCloseable {
         }
     }
 
+    private static SolusException closedError(Op op, int attempts) {
+        return new SolusException(op.rpc, Status.CANCELLED.withDescription(
+                "the Solus client was closed before an answer came"), attempts);
+    }
+
     /** {@link #close(Duration)} with a timeout of {@code maxAttempts} deadlines. */
     @Override
     public void close() {
         close(cfg.deadline.multipliedBy(cfg.maxAttempts));
     }
 
-    private CompletableFuture<Boolean> submit(Op op, String deduper, byte[] entity, long ttlMs) {
+    private CompletableFuture<Boolean> submit(Op op, String deduper, byte[] entity, byte[] recordId, long ttlMs) {
         Objects.requireNonNull(deduper, "deduper");
         Objects.requireNonNull(entity, "entity");
+        ByteString rid = recordId(recordId);
         if (closed) {
             throw new IllegalStateException("the Solus client is closed");
         }
@@ -257,32 +323,85 @@ public final class SolusClient implements AutoCloseable {
                     + " bytes refused: entities are 1 to maxEntityBytes = " + cfg.maxEntityBytes
                     + " bytes (the server's limits.max_entity_bytes)", Status.Code.INVALID_ARGUMENT));
         }
-        CompletableFuture<Boolean> f = new CompletableFuture<>();
-        if (op == Op.ADD_IF_ABSENT) {
-            // A repeat of an entity whose AddIfAbsent is still unanswered is not sent: the earlier
-            // call adds the entity, so the repeat is present. Without this, the two could travel
-            // in concurrent requests and the server could see the later one first.
-            EntityKey ek = new EntityKey(deduper, ttlMs, ByteBuffer.wrap(entity.clone()));
-            CompletableFuture<Boolean> earlier = unanswered.putIfAbsent(ek, f);
-            if (earlier != null) {
-                return earlier.thenApply(x -> Boolean.FALSE);
-            }
-            f.whenComplete((x, e) -> unanswered.remove(ek, f));
-        }
+        // The permit first: a call that waits here has registered nothing yet.
         try {
             pendingRecords.acquire();
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
-            f.completeExceptionally(e);
-            return f;
+            return CompletableFuture.failedFuture(new SolusException(op.rpc + " interrupted while waiting for one of the "
+                    + cfg.maxPendingRecords + " maxPendingRecords slots; nothing was sent", Status.Code.CANCELLED));
+        }
+        if (terminated) {
+            // Called before close, but its slot came only after close stopped waiting.
+            pendingRecords.release();
+            return CompletableFuture.failedFuture(closedError(op, 0));
         }
         Key key = new Key(op, deduper, ttlMs);
+        Rec rec = new Rec(ByteString.copyFrom(entity), rid, new CompletableFuture<>());
+        if (op == Op.ADD_IF_ABSENT) {
+            Unanswered.Decision d = unanswered.register(deduper, ttlMs, rec.entity, rid, rec.answer,
+                    () -> offer(key, rec));
+            switch (d.action()) {
+                case SHARE -> {
+                    pendingRecords.release();
+                    return follow(d.earlier(), null);
+                }
+                case PRESENT_AFTER -> {
+                    pendingRecords.release();
+                    return follow(d.earlier(), Boolean.FALSE);
+                }
+                case SEND_AFTER -> {
+                    // Keeps its slot while it waits; sent (by the registry) whatever the earlier calls' outcome.
+                    return follow(rec.answer, null);
+                }
+                case SEND -> {
+                }
+            }
+        }
+        offer(key, rec);
+        return follow(rec.answer, null);
+    }
+
+    /**
+     * The caller's future of an internal answer: completes as {@code answer} does (with
+     * {@code value} instead of the answer when not null), while cancelling or completing it
+     * touches nothing of the client's (the batch, repeats waiting for this call).
+     */
+    private static CompletableFuture<Boolean> follow(CompletableFuture<Boolean> answer, Boolean value) {
+        CompletableFuture<Boolean> f = new CompletableFuture<>();
+        answer.whenComplete((x, e) -> {
+            if (e != null) {
+                f.completeExceptionally(e);
+            } else {
+                f.complete(value != null ? value : x);
+            }
+        });
+        return f;
+    }
+
+    /** A record id as sent (null = none), checked against the server's 128-byte limit. */
+    private static ByteString recordId(byte[] recordId) {
+        if (recordId == null || recordId.length == 0) {
+            return null;
+        }
+        if (recordId.length > MAX_RECORD_ID_BYTES) {
+            throw new IllegalArgumentException("record id of " + recordId.length + " bytes refused: record ids are 0 to "
+                    + MAX_RECORD_ID_BYTES + " bytes");
+        }
+        return ByteString.copyFrom(recordId);
+    }
+
+    private void offer(Key key, Rec rec) {
         Pending p = pending.computeIfAbsent(key, Pending::new);
-        List<Batch> sealed = p.offer(entity, f);
+        List<Batch> sealed = p.offer(rec);
+        if (sealed == null) {
+            pendingRecords.release();
+            rec.answer.completeExceptionally(closedError(key.op, 0));
+            return;
+        }
         for (Batch b : sealed) {
             enqueue(b);
         }
-        return f;
     }
 
     private void enqueue(Batch b) {
@@ -293,8 +412,8 @@ public final class SolusClient implements AutoCloseable {
     private void dispatch() {
         while (!ready.isEmpty() && inFlight.tryAcquire()) {
             Batch b = ready.pollFirst();
-            if (b == null) {
-                inFlight.release();
+            if (b == null || !live.contains(b)) {
+                inFlight.release(); // nothing, or a batch close already failed
                 continue;
             }
             send(b);
@@ -340,19 +459,22 @@ public final class SolusClient implements AutoCloseable {
         public void onError(Throwable t) {
             inFlight.release();
             Status st = Status.fromThrowable(t);
-            if (RETRYABLE.contains(st.getCode()) && batch.attempts < cfg.maxAttempts && !timer.isShutdown()) {
+            long serverDelay = Retry.serverDelayMillis(t);
+            if (terminated) {
+                batch.fail(closedError(batch.op, batch.attempts)); // the channel's shutdown, not the server's answer
+            } else if (serverDelay != Retry.NEVER && batch.attempts < cfg.maxAttempts) {
                 if (st.getCode() == Status.Code.UNAVAILABLE) {
                     // Reconnect at once when the retry comes instead of after gRPC's own backoff.
                     managed.resetConnectBackoff();
                 }
-                long delay = backoffMillis(batch.attempts);
+                long delay = serverDelay + backoffMillis(batch.attempts);
                 try {
                     timer.schedule(() -> {
                         ready.addFirst(batch);
                         dispatch();
                     }, delay, TimeUnit.MILLISECONDS);
                 } catch (RuntimeException rejected) {
-                    batch.fail(new SolusException(batch.op.rpc, st, batch.attempts));
+                    batch.fail(closedError(batch.op, batch.attempts)); // the timer stops only in close
                 }
             } else {
                 batch.fail(new SolusException(batch.op.rpc, st, batch.attempts));
@@ -404,14 +526,14 @@ public final class SolusClient implements AutoCloseable {
     private record Key(Op op, String deduper, long ttlMs) {
     }
 
-    private record EntityKey(String deduper, long ttlMs, ByteBuffer entity) {
+    /** One call waiting in a batch: its entity, record id (null = none) and answer. */
+    private record Rec(ByteString entity, ByteString recordId, CompletableFuture<Boolean> answer) {
     }
 
     /** The partly filled batch of one key. */
     private final class Pending {
         private final Key key;
-        private List<ByteString> entities = new ArrayList<>();
-        private List<CompletableFuture<Boolean>> futures = new ArrayList<>();
+        private List<Rec> recs = new ArrayList<>();
         private long bytes;
         private long generation;
         private ScheduledFuture<?> linger;
@@ -420,18 +542,22 @@ public final class SolusClient implements AutoCloseable {
             this.key = key;
         }
 
-        synchronized List<Batch> offer(byte[] entity, CompletableFuture<Boolean> f) {
+        /** The batches this record sealed (to send), or null when the client is terminated. */
+        synchronized List<Batch> offer(Rec rec) {
             List<Batch> out = new ArrayList<>(1);
-            long size = entity.length + 8L;
-            if (!entities.isEmpty() && bytes + size > cfg.maxBatchBytes) {
+            if (terminated) {
+                // Checked under the lock close's flush takes: nothing is queued after that flush.
+                return null;
+            }
+            long size = rec.entity.size() + (rec.recordId == null ? 0 : rec.recordId.size()) + 8L;
+            if (!recs.isEmpty() && bytes + size > cfg.maxBatchBytes) {
                 out.add(takeLocked());
             }
-            entities.add(ByteString.copyFrom(entity));
-            futures.add(f);
+            recs.add(rec);
             bytes += size;
-            if (entities.size() >= cfg.maxBatch) {
+            if (recs.size() >= cfg.maxBatch) {
                 out.add(takeLocked());
-            } else if (entities.size() == 1) {
+            } else if (recs.size() == 1) {
                 long gen = generation;
                 try {
                     linger = timer.schedule(() -> lingerExpired(gen), cfg.linger.toNanos(), TimeUnit.NANOSECONDS);
@@ -457,7 +583,7 @@ public final class SolusClient implements AutoCloseable {
         }
 
         private Batch takeLocked() {
-            if (entities.isEmpty()) {
+            if (recs.isEmpty()) {
                 return null;
             }
             generation++;
@@ -465,9 +591,8 @@ public final class SolusClient implements AutoCloseable {
                 linger.cancel(false);
                 linger = null;
             }
-            Batch b = new Batch(key, entities, futures);
-            entities = new ArrayList<>();
-            futures = new ArrayList<>();
+            Batch b = new Batch(key, recs);
+            recs = new ArrayList<>();
             bytes = 0;
             return b;
         }
@@ -480,9 +605,24 @@ public final class SolusClient implements AutoCloseable {
         final List<CompletableFuture<Boolean>> futures;
         int attempts;
 
-        Batch(Key key, List<ByteString> entities, List<CompletableFuture<Boolean>> futures) {
+        Batch(Key key, List<Rec> recs) {
             this.op = key.op;
-            this.futures = futures;
+            List<ByteString> entities = new ArrayList<>(recs.size());
+            List<CompletableFuture<Boolean>> fs = new ArrayList<>(recs.size());
+            boolean anyId = false;
+            for (Rec r : recs) {
+                entities.add(r.entity);
+                fs.add(r.answer);
+                anyId |= r.recordId != null;
+            }
+            this.futures = fs;
+            // record_ids: one per entity (empty = none), or none at all when no record has one.
+            List<ByteString> recordIds = new ArrayList<>(anyId ? recs.size() : 0);
+            if (anyId) {
+                for (Rec r : recs) {
+                    recordIds.add(r.recordId == null ? ByteString.EMPTY : r.recordId);
+                }
+            }
             byte[] id = new byte[16];
             RANDOM.nextBytes(id);
             ByteString requestId = ByteString.copyFrom(id);
@@ -490,29 +630,32 @@ public final class SolusClient implements AutoCloseable {
                 case ADD -> AddRequest.newBuilder().setClientId(cfg.clientId).setDeduper(key.deduper)
                         .addAllEntities(entities).setTtlMs(key.ttlMs).setRequestId(requestId).build();
                 case CHECK_ABSENCE -> CheckAbsenceRequest.newBuilder().setClientId(cfg.clientId)
-                        .setDeduper(key.deduper).addAllEntities(entities).build();
+                        .setDeduper(key.deduper).addAllEntities(entities).addAllRecordIds(recordIds).build();
                 case ADD_IF_ABSENT -> AddIfAbsentRequest.newBuilder().setClientId(cfg.clientId)
                         .setDeduper(key.deduper).addAllEntities(entities).setTtlMs(key.ttlMs)
-                        .setRequestId(requestId).build();
+                        .setRequestId(requestId).addAllRecordIds(recordIds).build();
             };
             live.add(this);
         }
 
+        // Slots are given back before any future completes: a callback that calls the client
+        // again finds the slots of the batch that called it back free (no deadlock with few slots).
+
         void complete(List<Boolean> answers) {
             if (live.remove(this)) {
+                pendingRecords.release(futures.size());
                 for (int i = 0; i < futures.size(); i++) {
                     futures.get(i).complete(answers.get(i));
                 }
-                pendingRecords.release(futures.size());
             }
         }
 
         void fail(Throwable t) {
             if (live.remove(this)) {
+                pendingRecords.release(futures.size());
                 for (CompletableFuture<Boolean> f : futures) {
                     f.completeExceptionally(t);
                 }
-                pendingRecords.release(futures.size());
             }
         }
     }
@@ -580,117 +723,26 @@ public final class SolusClient implements AutoCloseable {
                 return call.get();
             } catch (StatusRuntimeException e) {
                 Status st = e.getStatus();
-                if (!RETRYABLE.contains(st.getCode()) || attempt >= cfg.maxAttempts) {
+                long serverDelay = Retry.serverDelayMillis(e);
+                if (terminated) {
+                    // The channel was shut down under this call by close: not the server's answer.
+                    throw new SolusException(rpc, Status.CANCELLED.withDescription(
+                            "the Solus client was closed before an answer came"), attempt);
+                }
+                if (serverDelay == Retry.NEVER || attempt >= cfg.maxAttempts) {
                     throw new SolusException(rpc, st, attempt);
                 }
                 if (st.getCode() == Status.Code.UNAVAILABLE) {
                     managed.resetConnectBackoff();
                 }
                 try {
-                    Thread.sleep(backoffMillis(attempt));
+                    Thread.sleep(serverDelay + backoffMillis(attempt));
                 } catch (InterruptedException ie) {
                     Thread.currentThread().interrupt();
                     throw new SolusException(rpc, st, attempt);
                 }
             }
         }
-    }
-
-    // ---------------------------------------------------------------- channel
-
-    private static ManagedChannel openChannel(Builder b) {
-        String addr = b.address;
-        boolean tls = b.caCertFile != null || b.clientCertFile != null;
-        if (addr.startsWith("https://")) {
-            tls = true;
-            addr = addr.substring("https://".length());
-        } else if (addr.startsWith("http://")) {
-            if (tls) {
-                throw new IllegalArgumentException("address " + b.address
-                        + " says plaintext (http://) but a CA or client certificate was given: use https:// or host:port");
-            }
-            addr = addr.substring("http://".length());
-        }
-        if (addr.endsWith("/")) {
-            addr = addr.substring(0, addr.length() - 1);
-        }
-        HostPort hp = HostPort.parse(addr, b.address);
-        ChannelCredentials creds;
-        if (tls) {
-            TlsChannelCredentials.Builder t = TlsChannelCredentials.newBuilder();
-            try {
-                if (b.caCertFile != null) {
-                    t.trustManager(new File(b.caCertFile));
-                }
-                if (b.clientCertFile != null) {
-                    t.keyManager(new File(b.clientCertFile), new File(b.clientKeyFile));
-                }
-            } catch (IOException e) {
-                throw new UncheckedIOException("reading the TLS files (caCertificate " + b.caCertFile
-                        + ", clientCertificate " + b.clientCertFile + ", clientKey " + b.clientKeyFile + ")", e);
-            }
-            creds = t.build();
-        } else {
-            creds = InsecureChannelCredentials.create();
-        }
-        ManagedChannelBuilder<?> mb = Grpc.newChannelBuilderForAddress(hp.host, hp.port, creds)
-                .maxInboundMessageSize(16 * 1024 * 1024);
-        if (b.tlsAuthority != null) {
-            mb.overrideAuthority(b.tlsAuthority);
-        }
-        return mb.build();
-    }
-
-    private record HostPort(String host, int port) {
-        static HostPort parse(String s, String original) {
-            String host = s;
-            int port = DEFAULT_PORT;
-            int colon = s.lastIndexOf(':');
-            if (s.startsWith("[")) {
-                int close = s.indexOf(']');
-                if (close < 0) {
-                    throw new IllegalArgumentException("address " + original + ": missing ] after an IPv6 host");
-                }
-                host = s.substring(1, close);
-                colon = s.indexOf(':', close);
-            } else if (colon >= 0 && s.indexOf(':') != colon) {
-                throw new IllegalArgumentException("address " + original
-                        + ": put an IPv6 host in brackets, e.g. [::1]:50051");
-            }
-            if (colon >= 0) {
-                if (!s.startsWith("[")) {
-                    host = s.substring(0, colon);
-                }
-                try {
-                    port = Integer.parseInt(s.substring(colon + 1));
-                } catch (NumberFormatException e) {
-                    throw new IllegalArgumentException("address " + original + ": the port is not a number");
-                }
-                if (port < 1 || port > 65535) {
-                    throw new IllegalArgumentException("address " + original + ": the port is outside 1-65535");
-                }
-            }
-            if (host.isEmpty()) {
-                throw new IllegalArgumentException("address " + original + ": the host is empty");
-            }
-            return new HostPort(host, port);
-        }
-    }
-
-    private static ClientInterceptor bearer(String token) {
-        String value = "Bearer " + token;
-        return new ClientInterceptor() {
-            @Override
-            public <Q, R> ClientCall<Q, R> interceptCall(MethodDescriptor<Q, R> method, CallOptions options, Channel next) {
-                return new ForwardingClientCall.SimpleForwardingClientCall<>(next.newCall(method, options)) {
-                    @Override
-                    public void start(Listener<R> listener, Metadata headers) {
-                        headers.put(AUTHORIZATION, value);
-                        super.start(listener, headers);
-                    }
-                };
-            }
-        };
     }
 
     // ---------------------------------------------------------------- builder

@@ -3,10 +3,13 @@ package dev.solus.client;
 import io.grpc.Status;
 
 /**
- * A Solus call that failed for good: either a status that retrying cannot fix
- * ({@code INVALID_ARGUMENT}, {@code NOT_FOUND}, {@code FAILED_PRECONDITION}, ...) or a
- * retryable one ({@code UNAVAILABLE}, {@code RESOURCE_EXHAUSTED}, ...) after the retry budget
- * ({@link SolusClient.Builder#maxAttempts(int)}) was spent.
+ * A Solus call that failed for good: either a failure that retrying cannot fix (no
+ * {@code google.rpc.RetryInfo} from the server: {@code INVALID_ARGUMENT}, {@code NOT_FOUND},
+ * {@code FAILED_PRECONDITION}, {@code RESOURCE_EXHAUSTED} of a budget, ...; then
+ * {@link #attempts()} is 1) or a retryable one ({@code UNAVAILABLE}, the concurrency limit's
+ * {@code RESOURCE_EXHAUSTED}, {@code DEADLINE_EXCEEDED}) after the retry budget
+ * ({@link SolusClient.Builder#maxAttempts(int)}) was spent; or {@code CANCELLED} when the client
+ * was closed before an answer came or the call was interrupted while waiting for a slot.
  */
 public final class SolusException extends RuntimeException {
     private static final long serialVersionUID = 1L;

@@ -10,6 +10,7 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.Comparator;
+import java.util.Map;
 import java.util.concurrent.TimeUnit;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
@@ -27,7 +28,10 @@ public final class SolusServer implements AutoCloseable {
     private final int metricsPort;
     private Process process;
 
-    private SolusServer() throws IOException {
+    private final Map<String, String> env;
+
+    private SolusServer(Map<String, String> env) throws IOException {
+        this.env = env;
         this.binary = binary();
         this.dir = Files.createTempDirectory("solus-java-test");
         this.grpcPort = freePort();
@@ -36,8 +40,16 @@ public final class SolusServer implements AutoCloseable {
 
     /** Starts a server and waits until it accepts connections. */
     public static SolusServer start() {
+        return start(Map.of());
+    }
+
+    /**
+     * Starts a server with extra settings as environment variables (e.g.
+     * {@code SOLUS__LIMITS__MAX_CONCURRENT_REQUESTS}) and waits until it accepts connections.
+     */
+    public static SolusServer start(Map<String, String> env) {
         try {
-            SolusServer s = new SolusServer();
+            SolusServer s = new SolusServer(env);
             s.launch();
             return s;
         } catch (IOException e) {
@@ -102,6 +114,33 @@ public final class SolusServer implements AutoCloseable {
         }
     }
 
+    /** Freezes the server with SIGSTOP: connections stay open, nothing is answered. */
+    public void pause() {
+        signal("-STOP");
+    }
+
+    /** Lets a {@link #pause() paused} server run again (SIGCONT). */
+    public void resume() {
+        signal("-CONT");
+    }
+
+    private void signal(String sig) {
+        if (process == null) {
+            throw new IllegalStateException("solus serve is not running");
+        }
+        try {
+            Process kill = new ProcessBuilder("kill", sig, Long.toString(process.pid())).inheritIO().start();
+            if (kill.waitFor() != 0) {
+                throw new IllegalStateException("kill " + sig + " " + process.pid() + " exited with " + kill.exitValue());
+            }
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IllegalStateException("interrupted while sending " + sig);
+        }
+    }
+
     /** {@code solus_requests_total{rpc=<rpc>,code=<code>}} from /metrics (0 when absent). */
     public long requests(String rpc, String code) {
         String text = metrics();
@@ -151,6 +190,7 @@ public final class SolusServer implements AutoCloseable {
         pb.environment().put("SOLUS__SERVER__DRAIN_TIMEOUT_MS", "5000");
         pb.environment().put("NO_COLOR", "1");
         pb.environment().remove("RUST_LOG");
+        pb.environment().putAll(env);
         pb.environment().remove("SOLUS_BIN");
         pb.redirectErrorStream(true);
         pb.redirectOutput(ProcessBuilder.Redirect.appendTo(dir.resolve("server.log").toFile()));

@@ -81,8 +81,10 @@ class SolusDedupFunctionTest {
             try (SolusClient admin = settings.build()) {
                 admin.createDeduper("events", 100_000, 0.01, Duration.ofHours(1));
             }
+            // id@payload: the id is the entity, the whole element its record id.
             SolusDedupFunction<String> fn = roundTrip(new SolusDedupFunction<>(settings, "events",
-                    s -> s.substring(0, s.indexOf('@')).getBytes(StandardCharsets.UTF_8)));
+                    s -> s.substring(0, s.indexOf('@')).getBytes(StandardCharsets.UTF_8),
+                    s -> s.getBytes(StandardCharsets.UTF_8)));
             fn.open(DefaultOpenContext.INSTANCE);
             try {
                 // id@payload: the id decides, the payload rides along.
