@@ -289,6 +289,7 @@ pub const KEYS: &[&str] = &[
     "storage.embedded.max_memory_mib",
     "storage.embedded.cache_mib",
     "storage.embedded.max_request_memory_mib",
+    "storage.embedded.start_with_damaged_journal",
     "storage.embedded.max_record_memory_mib",
     "storage.hbase.addresses",
     "storage.hbase.transport",

@@ -46,6 +46,12 @@ pub struct Deduper {
     /// to match the current settings.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_location: Option<String>,
+    /// The longest `expiry_seconds` this deduper ever had, in seconds: its
+    /// bits can carry expiry times up to this far past their write, so a
+    /// delete must reach that far ([`Deduper::expiry_high_water_seconds`]).
+    /// `None` for configs stored before this was recorded: then unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_expiry_seconds: Option<u64>,
 }
 
 impl Deduper {
@@ -71,7 +77,26 @@ impl Deduper {
             expected_insertions: None,
             false_positive_rate: None,
             data_location: None,
+            max_expiry_seconds: Some(expiry_seconds),
         }
+    }
+
+    /// Sets `expiry_seconds` (seconds) and raises the recorded high-water
+    /// mark to it; an unknown mark stays unknown (earlier expiries are not
+    /// known, so recording this one alone would understate it).
+    pub fn set_expiry(&mut self, expiry_seconds: u64) {
+        self.expiry_seconds = expiry_seconds;
+        self.max_expiry_seconds = self.max_expiry_seconds.map(|m| m.max(expiry_seconds));
+    }
+
+    /// The longest expiry, in seconds, any of this deduper's bits may have
+    /// been written under: the recorded high-water mark (and at least the
+    /// current expiry), or, for a config without one, the worst case
+    /// [`MAX_EXPIRY_SECONDS`] (100 years), since any accepted expiry may
+    /// have been set and lowered again before the mark was recorded.
+    pub fn expiry_high_water_seconds(&self) -> u64 {
+        self.max_expiry_seconds
+            .map_or(MAX_EXPIRY_SECONDS, |m| m.max(self.expiry_seconds))
     }
 
     /// The TTL to use for an add, in ms: `ttl_ms`, or `expiry_seconds` when 0.
@@ -333,5 +358,35 @@ mod tests {
         assert_eq!(d.effective_ttl_ms(0), Ok(60_000));
         assert_eq!(d.effective_ttl_ms(60_000), Ok(60_000));
         assert!(matches!(d.effective_ttl_ms(60_001), Err(ModelError::TtlTooLong { .. })));
+    }
+
+    #[test]
+    fn expiry_high_water_mark_only_rises_and_is_worst_case_when_unknown() {
+        let g = Geometry {
+            hash_functions: 1,
+            shards: 1,
+            bits_per_shard: 1,
+        };
+        let mut d = Deduper::new("c", "d", g, 3600, Level::Global, 0);
+        d.set_expiry(1);
+        assert_eq!((d.expiry_seconds, d.expiry_high_water_seconds()), (1, 3600));
+        d.set_expiry(7200);
+        d.set_expiry(60);
+        assert_eq!(d.expiry_high_water_seconds(), 7200);
+        // A config stored before the mark was recorded reads without it.
+        let legacy: Deduper = serde_json::from_value({
+            let mut v = serde_json::to_value(&d).unwrap();
+            v.as_object_mut().unwrap().remove("max_expiry_seconds");
+            v
+        })
+        .unwrap();
+        assert_eq!(legacy.max_expiry_seconds, None);
+        assert_eq!(legacy.expiry_high_water_seconds(), MAX_EXPIRY_SECONDS);
+        let mut raised = legacy.clone();
+        raised.set_expiry(90_000);
+        assert_eq!(
+            raised.max_expiry_seconds, None,
+            "still unknown: earlier expiries are not known"
+        );
     }
 }

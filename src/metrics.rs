@@ -1,7 +1,9 @@
-//! Prometheus metrics: the recorder and its `/metrics` HTTP listener
-//! (`metrics.listen`), and the names and helpers the rest of the code records with.
+//! Prometheus metrics: one process-wide registry (the Prometheus org's
+//! `prometheus-client`), its `/metrics` HTTP listener (`metrics.listen`,
+//! [`http`]), and the names and helpers the rest of the code records with.
 //!
-//! Exposed series (Prometheus text format, on any path of the listener):
+//! Exposed series (OpenMetrics text, which Prometheus scrapes, on any path
+//! of the listener):
 //!
 //! | name | type | labels | meaning |
 //! |---|---|---|---|
@@ -14,6 +16,7 @@
 //! | `solus_storage_call_duration_seconds` | histogram | `op` | storage call latency, in seconds |
 //! | `solus_dedupers` | gauge | | dedupers known to this process (see [`DEDUPERS`]) |
 //! | `solus_ready` | gauge | | 1 while storage answers the health probe (readiness `SERVING`), else 0 |
+//! | `solus_journal_unreadable_records` | gauge | | embedded journal records found damaged and lost at this start-up (started with `storage.embedded.start_with_damaged_journal`) |
 //! | `solus_deduper_requests_total` | counter | `client`, `deduper`, `rpc` | data requests answered `OK`, per deduper |
 //! | `solus_deduper_entities_total` | counter | `client`, `deduper`, `rpc` | entities of those requests |
 //! | `solus_deduper_fill_ratio` | gauge | `client`, `deduper` | fraction of the m bits set now (expiry >= now) |
@@ -29,18 +32,28 @@
 //! The per-deduper series are capped at `metrics.max_deduper_series`
 //! (client, deduper) pairs, first come first served: later dedupers are
 //! counted under `client="_other", deduper="_other"` and get no gauges (a
-//! warning is logged the first time). Deleting a deduper frees its pair.
-//! The gauges come from the statistics pass (`stats.refresh_interval_ms`);
-//! a deleted deduper's gauges read 0 and stay until restart (see [`deduper_gone`]).
+//! warning is logged the first time). Deleting a deduper removes every one
+//! of its series and frees its pair ([`deduper_gone`]), so churn - dedupers
+//! created and deleted per day or per job run - never grows `/metrics`
+//! past the cap. The gauges come from the statistics pass
+//! (`stats.refresh_interval_ms`).
 //!
-//! Health and reflection calls are not counted. Without an installed
-//! recorder (`metrics.listen` empty) every record is a no-op.
+//! Health and reflection calls are not counted. With `metrics.listen`
+//! empty the figures are still kept (a few atomic adds) but not served.
 
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+mod http;
 
 pub const REQUESTS: &str = "solus_requests_total";
 pub const REQUEST_DURATION: &str = "solus_request_duration_seconds";
@@ -73,6 +86,7 @@ pub const STORAGE_DURATION: &str = "solus_storage_call_duration_seconds";
 /// those deleted through this replica since it started (a change, which a
 /// delete of an older deduper can take below 0).
 pub const DEDUPERS: &str = "solus_dedupers";
+pub const JOURNAL_UNREADABLE: &str = "solus_journal_unreadable_records";
 
 /// Per-deduper series (labels `client`, `deduper`; see [`deduper_labels`]).
 pub const DEDUPER_REQUESTS: &str = "solus_deduper_requests_total";
@@ -101,13 +115,239 @@ const LATENCY_BUCKETS: &[f64] = &[
 /// Entities-per-request buckets.
 const ENTITY_BUCKETS: &[f64] = &[0.0, 1.0, 10.0, 50.0, 100.0, 500.0, 1_000.0, 5_000.0, 10_000.0, 50_000.0];
 
+type Labels = Vec<(&'static str, String)>;
+type FloatGauge = Gauge<f64, AtomicU64>;
+type Histograms = Family<Labels, Histogram, fn() -> Histogram>;
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(LATENCY_BUCKETS.iter().copied())
+}
+
+fn entity_histogram() -> Histogram {
+    Histogram::new(ENTITY_BUCKETS.iter().copied())
+}
+
+/// Every metric of the process, registered once.
+struct Metrics {
+    registry: Registry,
+    requests: Family<Labels, Counter>,
+    request_duration: Histograms,
+    request_entities: Histograms,
+    in_flight: Gauge,
+    storage_calls: Family<Labels, Counter>,
+    storage_errors: Family<Labels, Counter>,
+    storage_duration: Histograms,
+    dedupers: Gauge,
+    ready: Gauge,
+    journal_unreadable: Gauge,
+    records_remembered: Counter,
+    record_replays: Counter,
+    records_held: Gauge,
+    clock_offset: FloatGauge,
+    clock_offset_error: FloatGauge,
+    clock_max_offset: FloatGauge,
+    deduper_requests: Family<Labels, Counter>,
+    deduper_entities: Family<Labels, Counter>,
+    /// The per-deduper gauges, by metric name.
+    deduper_gauges: Vec<(&'static str, Family<Labels, FloatGauge>)>,
+}
+
+/// prometheus-client adds `_total` to a counter's name itself.
+fn counter_name(full: &'static str) -> &'static str {
+    full.strip_suffix("_total").unwrap_or(full)
+}
+
+impl Metrics {
+    fn new() -> Metrics {
+        let mut registry = Registry::default();
+        let requests = Family::default();
+        registry.register(
+            counter_name(REQUESTS),
+            "Solus RPCs answered, by rpc and gRPC status code",
+            requests.clone(),
+        );
+        let request_duration: Histograms = Family::new_with_constructor(latency_histogram);
+        registry.register(
+            REQUEST_DURATION,
+            "Time from a Solus RPC's arrival to its answer, in seconds",
+            request_duration.clone(),
+        );
+        let request_entities: Histograms = Family::new_with_constructor(entity_histogram);
+        registry.register(REQUEST_ENTITIES, "Entities per data request", request_entities.clone());
+        let in_flight = Gauge::default();
+        registry.register(IN_FLIGHT, "Solus RPCs being served", in_flight.clone());
+        let storage_calls: Family<Labels, Counter> = Family::default();
+        registry.register(
+            counter_name(STORAGE_CALLS),
+            "Storage calls, by operation",
+            storage_calls.clone(),
+        );
+        let storage_errors: Family<Labels, Counter> = Family::default();
+        registry.register(
+            counter_name(STORAGE_ERRORS),
+            "Storage calls that failed, by operation",
+            storage_errors.clone(),
+        );
+        let storage_duration: Histograms = Family::new_with_constructor(latency_histogram);
+        registry.register(
+            STORAGE_DURATION,
+            "Storage call latency, by operation, in seconds",
+            storage_duration.clone(),
+        );
+        // The storage counters start at zero, so a dashboard or alert on
+        // errors sees the series before the first failure.
+        for op in STORAGE_OPS {
+            drop(storage_calls.get_or_create(&vec![("op", op.to_string())]));
+            drop(storage_errors.get_or_create(&vec![("op", op.to_string())]));
+        }
+        let dedupers = Gauge::default();
+        registry.register(
+            DEDUPERS,
+            "Dedupers known to this process: embedded store - held at start, plus created, minus deleted since; HBase - created minus deleted through this replica since start (can be negative)",
+            dedupers.clone(),
+        );
+        let ready = Gauge::default();
+        registry.register(
+            READY,
+            "1 while storage answers the health probe (readiness SERVING), else 0",
+            ready.clone(),
+        );
+        let journal_unreadable = Gauge::default();
+        registry.register(
+            JOURNAL_UNREADABLE,
+            "Embedded journal records found damaged and lost at this start-up",
+            journal_unreadable.clone(),
+        );
+        let records_remembered = Counter::default();
+        registry.register(
+            counter_name(RECORDS_REMEMBERED),
+            "Record ids remembered because their entity was answered absent",
+            records_remembered.clone(),
+        );
+        let record_replays = Counter::default();
+        registry.register(
+            counter_name(RECORD_REPLAYS),
+            "Entities answered absent again because their record id was remembered (replays)",
+            record_replays.clone(),
+        );
+        let records_held = Gauge::default();
+        registry.register(
+            RECORDS_HELD,
+            "Record ids the embedded store holds in memory (storage.embedded.max_record_memory_mib)",
+            records_held.clone(),
+        );
+        let clock_gauge = |registry: &mut Registry, name: &'static str, help: &str| {
+            let g = FloatGauge::default();
+            registry.register(name, help, g.clone());
+            g
+        };
+        let clock_offset = clock_gauge(
+            &mut registry,
+            CLOCK_OFFSET,
+            "This replica's clock minus HBase's, in seconds, from the last probe (HBase only)",
+        );
+        let clock_offset_error = clock_gauge(
+            &mut registry,
+            CLOCK_OFFSET_ERROR,
+            "The error bound of that probe (half its round trip), in seconds",
+        );
+        let clock_max_offset = clock_gauge(
+            &mut registry,
+            CLOCK_MAX_OFFSET,
+            "storage.hbase.max_clock_offset_ms in seconds (0: not enforced)",
+        );
+        let deduper_requests: Family<Labels, Counter> = Family::default();
+        registry.register(
+            counter_name(DEDUPER_REQUESTS),
+            "Data requests answered OK, by client, deduper and rpc",
+            deduper_requests.clone(),
+        );
+        let deduper_entities: Family<Labels, Counter> = Family::default();
+        registry.register(
+            counter_name(DEDUPER_ENTITIES),
+            "Entities of the data requests answered OK, by client, deduper and rpc",
+            deduper_entities.clone(),
+        );
+        let mut deduper_gauges = Vec::new();
+        for (name, help) in [
+            (DEDUPER_FILL, "Fraction of a deduper's m bits set now (expiry >= now)"),
+            (
+                DEDUPER_ENTITIES_ESTIMATE,
+                "Estimated live entities of a deduper: -(m/k) ln(1 - fill)",
+            ),
+            (
+                DEDUPER_FPR,
+                "Estimated current false-positive rate of a deduper: fill^k",
+            ),
+            (DEDUPER_TARGET_FPR, "False-positive rate p a deduper was sized for"),
+            (
+                DEDUPER_LOAD,
+                "Estimated live entities over the sized n; above 1 = over capacity",
+            ),
+            (
+                DEDUPER_STATS_TIME,
+                "When a deduper's figures were computed, in seconds since the Unix epoch",
+            ),
+        ] {
+            let family: Family<Labels, FloatGauge> = Family::default();
+            registry.register(name, help, family.clone());
+            deduper_gauges.push((name, family));
+        }
+        Metrics {
+            registry,
+            requests,
+            request_duration,
+            request_entities,
+            in_flight,
+            storage_calls,
+            storage_errors,
+            storage_duration,
+            dedupers,
+            ready,
+            journal_unreadable,
+            records_remembered,
+            record_replays,
+            records_held,
+            clock_offset,
+            clock_offset_error,
+            clock_max_offset,
+            deduper_requests,
+            deduper_entities,
+            deduper_gauges,
+        }
+    }
+
+    fn deduper_gauge(&self, name: &str) -> &Family<Labels, FloatGauge> {
+        &self
+            .deduper_gauges
+            .iter()
+            .find(|(n, _)| *n == name)
+            .expect("a registered deduper gauge")
+            .1
+    }
+}
+
+static METRICS: OnceLock<Metrics> = OnceLock::new();
+
+fn m() -> &'static Metrics {
+    METRICS.get_or_init(Metrics::new)
+}
+
+/// The whole exposition (OpenMetrics text, ending in `# EOF`), as `/metrics` serves it.
+pub fn render() -> String {
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut out, &m().registry);
+    out
+}
+
 static INSTALLED: OnceLock<SocketAddr> = OnceLock::new();
 
-/// Installs the process-wide recorder and serves it over HTTP on `listen`
-/// (`host:port`); `""` leaves metrics off and returns `Ok(None)`. Must run
-/// inside a tokio runtime. Errors when the address is malformed or cannot be
-/// bound. A process holds one recorder: a second call (several servers in
-/// one test process) keeps the first listener and returns its address.
+/// Serves [`render`] over HTTP on `listen` (`host:port`); `""` leaves
+/// metrics unserved and returns `Ok(None)`. Errors when the address is
+/// malformed or cannot be bound (naming `metrics.listen`). A process serves
+/// one listener: a second call (several servers in one test process) keeps
+/// the first and returns its address.
 pub fn install(listen: &str) -> anyhow::Result<Option<SocketAddr>> {
     if listen.is_empty() {
         return Ok(None);
@@ -117,133 +357,64 @@ pub fn install(listen: &str) -> anyhow::Result<Option<SocketAddr>> {
     })?;
     if let Some(first) = INSTALLED.get() {
         if *first != addr {
-            tracing::warn!(%first, requested = %addr, "metrics recorder already installed in this process; keeping it");
+            tracing::warn!(%first, requested = %addr, "metrics listener already running in this process; keeping it");
         }
         return Ok(Some(*first));
     }
-    // The exporter's own error does not say which setting; a trial bind does
-    // (the socket is closed at once, with no connection: the port is free again).
-    drop(std::net::TcpListener::bind(addr).map_err(|e| crate::config::bind_error("metrics.listen", addr, &e))?);
-    let builder = PrometheusBuilder::new()
-        .with_http_listener(addr)
-        .set_buckets_for_metric(Matcher::Full(REQUEST_DURATION.into()), LATENCY_BUCKETS)?
-        .set_buckets_for_metric(Matcher::Full(STORAGE_DURATION.into()), LATENCY_BUCKETS)?
-        .set_buckets_for_metric(Matcher::Full(REQUEST_ENTITIES.into()), ENTITY_BUCKETS)?;
-    // Installed from a thread outside the server's runtime, the exporter
-    // gets a runtime (and blocking pool) of its own: /metrics never queues
-    // behind storage calls on the server's blocking pool.
-    std::thread::scope(|s| s.spawn(|| builder.install()).join())
-        .map_err(|_| anyhow::anyhow!("installing the metrics exporter panicked"))?
-        .map_err(|e| anyhow::anyhow!("serving metrics on {addr} (metrics.listen): {e}"))?;
+    let listener =
+        std::net::TcpListener::bind(addr).map_err(|e| crate::config::bind_error("metrics.listen", addr, &e))?;
+    let bound = listener.local_addr()?;
+    http::serve(listener)?;
     let _ = INSTALLED.set(addr);
-    describe();
-    Ok(Some(addr))
+    m();
+    Ok(Some(bound))
 }
 
-fn describe() {
-    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
-    describe_counter!(REQUESTS, "Solus RPCs answered, by rpc and gRPC status code");
-    describe_histogram!(
-        REQUEST_DURATION,
-        Unit::Seconds,
-        "Time from a Solus RPC's arrival to its answer"
-    );
-    describe_histogram!(REQUEST_ENTITIES, Unit::Count, "Entities per data request");
-    describe_gauge!(IN_FLIGHT, "Solus RPCs being served");
-    describe_counter!(STORAGE_CALLS, "Storage calls, by operation");
-    describe_counter!(STORAGE_ERRORS, "Storage calls that failed, by operation");
-    describe_histogram!(STORAGE_DURATION, Unit::Seconds, "Storage call latency, by operation");
-    // Start the storage counters at zero so a dashboard or alert on errors
-    // sees the series before the first failure.
-    for op in STORAGE_OPS {
-        metrics::counter!(STORAGE_CALLS, "op" => op).absolute(0);
-        metrics::counter!(STORAGE_ERRORS, "op" => op).absolute(0);
-    }
-    describe_counter!(
-        DEDUPER_REQUESTS,
-        "Data requests answered OK, by client, deduper and rpc"
-    );
-    describe_counter!(
-        DEDUPER_ENTITIES,
-        "Entities of the data requests answered OK, by client, deduper and rpc"
-    );
-    describe_gauge!(
-        DEDUPER_FILL,
-        "Fraction of a deduper's bits set now (expiry at or after now)"
-    );
-    describe_gauge!(
-        DEDUPER_ENTITIES_ESTIMATE,
-        "Live entities estimated from the fill: -(m/k) ln(1 - fill) (Swamidass & Baldi 2007)"
-    );
-    describe_gauge!(
-        DEDUPER_FPR,
-        "Estimated current false-positive rate of a deduper: fill^k"
-    );
-    describe_gauge!(DEDUPER_TARGET_FPR, "False-positive rate p a deduper was sized for");
-    describe_gauge!(
-        DEDUPER_LOAD,
-        "Estimated live entities over the sized n; above 1 = over capacity"
-    );
-    describe_gauge!(
-        DEDUPER_STATS_TIME,
-        Unit::Seconds,
-        "When a deduper's figures were computed, since the Unix epoch"
-    );
-    describe_counter!(
-        RECORDS_REMEMBERED,
-        "Record ids remembered because their entity was answered absent"
-    );
-    describe_counter!(
-        RECORD_REPLAYS,
-        "Entities answered absent again because their record id was remembered (replays)"
-    );
-    describe_gauge!(
-        RECORDS_HELD,
-        "Record ids the embedded store holds in memory (storage.embedded.max_record_memory_mib)"
-    );
-    metrics::counter!(RECORDS_REMEMBERED).absolute(0);
-    metrics::counter!(RECORD_REPLAYS).absolute(0);
-    describe_gauge!(
-        READY,
-        "1 while storage answers the health probe (readiness SERVING), else 0"
-    );
-    describe_gauge!(
-        DEDUPERS,
-        "Dedupers known to this process: embedded store - held at start, plus created, minus deleted since; HBase - created minus deleted through this replica since start (can be negative)"
-    );
+fn op_labels(key: &'static str, value: &str) -> Labels {
+    vec![(key, value.to_string())]
 }
 
 /// Records one answered Solus RPC.
 pub fn request_done(rpc: &'static str, code: &'static str, elapsed: Duration) {
-    metrics::counter!(REQUESTS, "rpc" => rpc, "code" => code).increment(1);
-    metrics::histogram!(REQUEST_DURATION, "rpc" => rpc).record(elapsed.as_secs_f64());
+    let m = m();
+    m.requests
+        .get_or_create(&vec![("rpc", rpc.to_string()), ("code", code.to_string())])
+        .inc();
+    m.request_duration
+        .get_or_create(&op_labels("rpc", rpc))
+        .observe(elapsed.as_secs_f64());
 }
 
 /// Records the number of entities in a data request.
 pub fn request_entities(rpc: &'static str, n: usize) {
-    metrics::histogram!(REQUEST_ENTITIES, "rpc" => rpc).record(n as f64);
+    m().request_entities
+        .get_or_create(&op_labels("rpc", rpc))
+        .observe(n as f64);
 }
 
 /// Adds `delta` (+1 or -1) to the in-flight gauge.
 pub fn in_flight(delta: f64) {
-    metrics::gauge!(IN_FLIGHT).increment(delta);
+    m().in_flight.inc_by(delta as i64);
 }
 
 /// Records one storage call.
 pub fn storage_call(op: &'static str, ok: bool, elapsed: Duration) {
-    metrics::counter!(STORAGE_CALLS, "op" => op).increment(1);
+    let m = m();
+    let labels = op_labels("op", op);
+    m.storage_calls.get_or_create(&labels).inc();
     if !ok {
-        metrics::counter!(STORAGE_ERRORS, "op" => op).increment(1);
+        m.storage_errors.get_or_create(&labels).inc();
     }
-    metrics::histogram!(STORAGE_DURATION, "op" => op).record(elapsed.as_secs_f64());
+    m.storage_duration.get_or_create(&labels).observe(elapsed.as_secs_f64());
 }
 
 static SERIES: OnceLock<Series> = OnceLock::new();
 
-/// The (client, deduper) label pairs admitted so far, and the cap.
+/// The (client, deduper) label pairs admitted so far with the `rpc` values
+/// each was counted under, and the cap.
 struct Series {
     max: usize,
-    admitted: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
+    admitted: Mutex<HashMap<(String, String), HashSet<&'static str>>>,
     /// Whether the cap was reached and logged (once per process).
     warned: std::sync::atomic::AtomicBool,
 }
@@ -268,20 +439,26 @@ pub fn set_max_deduper_series(max: usize) {
     let _ = SERIES.set(Series::new(max));
 }
 
-/// The `client` and `deduper` label values of a deduper: its own while
-/// fewer than `metrics.max_deduper_series` pairs are admitted (or it is),
-/// else `("_other", "_other")` ([`OVERFLOW_LABEL`]). A deleted deduper's
-/// pair leaves the count ([`deduper_gone`]). The first deduper refused its
-/// own labels is logged (warn, once per process).
-pub fn deduper_labels(client_id: &str, name: &str) -> (String, String) {
+/// Admits `(client_id, name)` if there is room (noting `rpc` under it);
+/// true when it has its own labels.
+fn admit(client_id: &str, name: &str, rpc: Option<&'static str>) -> bool {
     let series = series();
     let mut admitted = series.admitted.lock().unwrap_or_else(|p| p.into_inner());
     let key = (client_id.to_string(), name.to_string());
-    if admitted.contains(&key) || admitted.len() < series.max && admitted.insert(key.clone()) {
-        return key;
-    }
+    let room = admitted.len() < series.max;
+    let own = match admitted.get_mut(&key) {
+        Some(rpcs) => {
+            rpcs.extend(rpc);
+            true
+        }
+        None if room => {
+            admitted.insert(key, rpc.into_iter().collect());
+            true
+        }
+        None => false,
+    };
     drop(admitted);
-    if !series.warned.swap(true, std::sync::atomic::Ordering::Relaxed) {
+    if !own && !series.warned.swap(true, Ordering::Relaxed) {
         tracing::warn!(
             max = series.max,
             client_id,
@@ -291,87 +468,125 @@ pub fn deduper_labels(client_id: &str, name: &str) -> (String, String) {
              if the series are wanted"
         );
     }
-    (OVERFLOW_LABEL.to_string(), OVERFLOW_LABEL.to_string())
+    own
+}
+
+/// The `client` and `deduper` label values of a deduper: its own while
+/// fewer than `metrics.max_deduper_series` pairs are admitted (or it is),
+/// else `("_other", "_other")` ([`OVERFLOW_LABEL`]). A deleted deduper's
+/// pair leaves the count ([`deduper_gone`]). The first deduper refused its
+/// own labels is logged (warn, once per process).
+pub fn deduper_labels(client_id: &str, name: &str) -> (String, String) {
+    if admit(client_id, name, None) {
+        (client_id.to_string(), name.to_string())
+    } else {
+        (OVERFLOW_LABEL.to_string(), OVERFLOW_LABEL.to_string())
+    }
+}
+
+fn pair_labels(client: &str, deduper: &str) -> Labels {
+    vec![("client", client.to_string()), ("deduper", deduper.to_string())]
+}
+
+fn rpc_labels(client: &str, deduper: &str, rpc: &'static str) -> Labels {
+    let mut labels = pair_labels(client, deduper);
+    labels.push(("rpc", rpc.to_string()));
+    labels
 }
 
 /// Counts one data request that succeeded on a deduper, and its entities.
 pub fn deduper_request(client_id: &str, name: &str, rpc: &'static str, entities: usize) {
-    let (c, d) = deduper_labels(client_id, name);
-    metrics::counter!(DEDUPER_REQUESTS, "client" => c.clone(), "deduper" => d.clone(), "rpc" => rpc).increment(1);
-    metrics::counter!(DEDUPER_ENTITIES, "client" => c, "deduper" => d, "rpc" => rpc).increment(entities as u64);
+    let labels = if admit(client_id, name, Some(rpc)) {
+        rpc_labels(client_id, name, rpc)
+    } else {
+        rpc_labels(OVERFLOW_LABEL, OVERFLOW_LABEL, rpc)
+    };
+    let m = m();
+    m.deduper_requests.get_or_create(&labels).inc();
+    m.deduper_entities.get_or_create(&labels).inc_by(entities as u64);
 }
 
 /// Sets the live-figure gauges of a deduper (not for those past the label cap).
 pub fn deduper_stats(client_id: &str, name: &str, s: &crate::engine::DeduperStats, p: Option<f64>) {
-    let (c, d) = deduper_labels(client_id, name);
-    if c == OVERFLOW_LABEL && d == OVERFLOW_LABEL {
+    if !admit(client_id, name, None) {
         return;
     }
-    let labels = [("client", c), ("deduper", d)];
-    metrics::gauge!(DEDUPER_FILL, &labels).set(s.fill_ratio);
-    metrics::gauge!(DEDUPER_ENTITIES_ESTIMATE, &labels).set(s.estimated_entities);
-    metrics::gauge!(DEDUPER_FPR, &labels).set(s.estimated_fpr);
-    metrics::gauge!(DEDUPER_STATS_TIME, &labels).set(s.computed_at_ms as f64 / 1000.0);
+    let m = m();
+    let labels = pair_labels(client_id, name);
+    let set = |metric: &str, v: f64| {
+        m.deduper_gauge(metric).get_or_create(&labels).set(v);
+    };
+    set(DEDUPER_FILL, s.fill_ratio);
+    set(DEDUPER_ENTITIES_ESTIMATE, s.estimated_entities);
+    set(DEDUPER_FPR, s.estimated_fpr);
+    set(DEDUPER_STATS_TIME, s.computed_at_ms as f64 / 1000.0);
     if let Some(p) = p {
-        metrics::gauge!(DEDUPER_TARGET_FPR, &labels).set(p);
+        set(DEDUPER_TARGET_FPR, p);
     }
     if let Some(load) = s.load {
-        metrics::gauge!(DEDUPER_LOAD, &labels).set(load);
+        set(DEDUPER_LOAD, load);
     }
 }
 
-/// A deleted deduper: frees its pair under `metrics.max_deduper_series` (a
-/// later deduper gets its own labels) and, when it had figures (`figures`:
-/// whether they had a load), zeroes its fill, entities, rate and load
-/// gauges. metrics-exporter-prometheus 0.18 has no call that removes one
-/// series (only an idle timeout over every gauge, which would also drop
-/// `solus_ready` and `solus_dedupers` between changes), so the zeroed
-/// gauges and the deduper's counters stay on `/metrics` until the process
-/// restarts; they no longer count against the cap.
+/// A deleted deduper: removes every series of its pair (counters and
+/// gauges) from `/metrics` and frees the pair under
+/// `metrics.max_deduper_series` (a later deduper gets its own labels).
+/// `figures` is accepted for the callers' sake and no longer needed: every
+/// gauge of the pair is removed whether it was set or not. The `_other`
+/// series stay (they count dedupers that never had their own).
 pub fn deduper_gone(client_id: &str, name: &str, figures: Option<bool>) {
+    let _ = figures;
     let key = (client_id.to_string(), name.to_string());
-    let was_admitted = series().admitted.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
-    let Some(had_load) = figures.filter(|_| was_admitted) else {
+    let Some(rpcs) = series().admitted.lock().unwrap_or_else(|p| p.into_inner()).remove(&key) else {
         return;
     };
-    let labels = [("client", key.0), ("deduper", key.1)];
-    for g in [DEDUPER_FILL, DEDUPER_ENTITIES_ESTIMATE, DEDUPER_FPR] {
-        metrics::gauge!(g, &labels).set(0.0);
+    let m = m();
+    for rpc in rpcs {
+        let labels = rpc_labels(client_id, name, rpc);
+        m.deduper_requests.remove(&labels);
+        m.deduper_entities.remove(&labels);
     }
-    if had_load {
-        metrics::gauge!(DEDUPER_LOAD, &labels).set(0.0);
+    let labels = pair_labels(client_id, name);
+    for (_, family) in &m.deduper_gauges {
+        family.remove(&labels);
     }
+}
+
+/// Sets `solus_journal_unreadable_records`: journal records lost at start-up.
+pub fn set_journal_unreadable_records(records: u64) {
+    m().journal_unreadable.set(i64::try_from(records).unwrap_or(i64::MAX));
 }
 
 /// Counts record ids remembered and answers given again from them.
 pub fn records(remembered: usize, replays: usize) {
-    metrics::counter!(RECORDS_REMEMBERED).increment(remembered as u64);
-    metrics::counter!(RECORD_REPLAYS).increment(replays as u64);
+    let m = m();
+    m.records_remembered.inc_by(remembered as u64);
+    m.record_replays.inc_by(replays as u64);
 }
 
 /// Sets the gauge of record ids held in memory.
 pub fn set_records_held(n: u64) {
-    metrics::gauge!(RECORDS_HELD).set(n as f64);
+    m().records_held.set(i64::try_from(n).unwrap_or(i64::MAX));
 }
 
 /// Sets the readiness gauge.
 pub fn set_ready(ready: bool) {
-    metrics::gauge!(READY).set(if ready { 1.0 } else { 0.0 });
+    m().ready.set(i64::from(ready));
 }
 
 /// Counts one deleted deduper.
 pub fn deduper_deleted() {
-    metrics::gauge!(DEDUPERS).decrement(1.0);
+    m().dedupers.dec();
 }
 
 /// Sets the deduper gauge (at start-up).
 pub fn set_dedupers(n: usize) {
-    metrics::gauge!(DEDUPERS).set(n as f64);
+    m().dedupers.set(i64::try_from(n).unwrap_or(i64::MAX));
 }
 
 /// Counts one created deduper.
 pub fn deduper_created() {
-    metrics::gauge!(DEDUPERS).increment(1.0);
+    m().dedupers.inc();
 }
 
 /// This replica's clock minus the shared storage's (HBase's), in seconds,
@@ -385,7 +600,8 @@ pub const CLOCK_MAX_OFFSET: &str = "solus_clock_max_offset_seconds";
 
 /// Sets the clock offset gauges from one measurement (all in ms).
 pub fn set_clock_offset(offset_ms: i64, error_ms: i64, max_offset_ms: i64) {
-    metrics::gauge!(CLOCK_OFFSET).set(offset_ms as f64 / 1000.0);
-    metrics::gauge!(CLOCK_OFFSET_ERROR).set(error_ms as f64 / 1000.0);
-    metrics::gauge!(CLOCK_MAX_OFFSET).set(max_offset_ms as f64 / 1000.0);
+    let m = m();
+    m.clock_offset.set(offset_ms as f64 / 1000.0);
+    m.clock_offset_error.set(error_ms as f64 / 1000.0);
+    m.clock_max_offset.set(max_offset_ms as f64 / 1000.0);
 }

@@ -14,8 +14,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_stream::Stream;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
-use tonic_health::ServingStatus;
-use tonic_health::server::HealthReporter;
+use tonic_health::pb::health_check_response::ServingStatus;
 
 use crate::api::pb::deduper_admin_service_server::DeduperAdminServiceServer;
 use crate::api::pb::deduper_service_server::DeduperServiceServer;
@@ -23,6 +22,7 @@ use crate::api::{AdminService, DataService, Gate, pb};
 use crate::auth::Authenticator;
 use crate::config::{Backend, Settings, TlsConfig};
 use crate::engine::Engine;
+use crate::health::Health;
 use crate::storage::Store;
 use crate::storage::clock_bound::ClockBoundStore;
 use crate::storage::embedded::EmbeddedStore;
@@ -31,6 +31,11 @@ use crate::storage::metered::MeteredStore;
 
 /// Health service name of the data path: SERVING while storage is reachable.
 pub const DATA_SERVICE_NAME: &str = "solus.v1.DeduperService";
+
+/// Health service name of recovery damage ([`Store::damage`]): SERVING when
+/// there is none, NOT_SERVING while damaged journal files are kept aside.
+/// Not asked by the probes: the replica serves what it could read.
+pub const JOURNAL_SERVICE_NAME: &str = "solus.v1.Journal";
 
 /// Opens the configured storage backend (blocking: may replay a journal),
 /// wrapped so every storage call is measured (`solus_storage_*` metrics).
@@ -287,45 +292,82 @@ pub fn describe_store(settings: &Settings) -> String {
     }
 }
 
-/// Probes storage every `every` on a thread of its own - never on the
-/// blocking pool, where it would queue behind slow storage calls - and
-/// reports the result as the health of the data service; a failure is
-/// logged with what to check (`hint`, from the error's text).
 /// Health service name of a deduper refused as misplaced:
 /// `solus.v1.DeduperService/<client_id>/<name>` (`NOT_SERVING`).
 pub fn misplaced_health_service(client_id: &str, name: &str) -> String {
     format!("{DATA_SERVICE_NAME}/{client_id}/{name}")
 }
 
+/// Reports the dedupers refused as misplaced as their own `NOT_SERVING`
+/// health services, after asking the engine to re-check them, and clears
+/// the services of those no longer refused (deleted, or re-created where
+/// this replica keeps its bits): health follows the state, not history.
+async fn report_misplaced(engine: &Engine, health: &Health, reported: &mut std::collections::BTreeSet<String>) {
+    engine.recheck_misplaced().await;
+    let now: std::collections::BTreeSet<String> = engine
+        .misplaced_dedupers()
+        .iter()
+        .map(|(client_id, name)| misplaced_health_service(client_id, name))
+        .collect();
+    for gone in reported.difference(&now) {
+        tracing::info!(service = %gone, "deduper no longer refused as misplaced: health service cleared");
+        health.clear(gone);
+    }
+    for service in &now {
+        health.set(service, ServingStatus::NotServing);
+    }
+    *reported = now;
+}
+
+/// Sets [`JOURNAL_SERVICE_NAME`] from the store's damage report, logging a
+/// change (with the sentence, which names the files).
+fn report_damage(health: &Health, damage: Option<String>, last: &mut Option<Option<String>>) {
+    if last.as_ref() == Some(&damage) {
+        return;
+    }
+    match &damage {
+        Some(what) => {
+            tracing::warn!(service = JOURNAL_SERVICE_NAME, damage = %what, "health: NOT_SERVING");
+            health.set(JOURNAL_SERVICE_NAME, ServingStatus::NotServing);
+        }
+        None => health.set(JOURNAL_SERVICE_NAME, ServingStatus::Serving),
+    }
+    *last = Some(damage);
+}
+
+/// Probes storage every `every` on a thread of its own - never on the
+/// blocking pool, where it would queue behind slow storage calls - and
+/// reports the result as the health of the data service; a failure is
+/// logged with what to check (`hint`, from the error's text).
+/// Each round also reports the misplaced dedupers ([`report_misplaced`]).
 async fn watch_storage(
     store: Arc<dyn Store>,
     engine: Arc<Engine>,
-    reporter: HealthReporter,
+    health: Health,
     every: Duration,
     hint: impl Fn(&str) -> Option<String> + Send + 'static,
 ) {
     let mut last = None;
-    let mut reported_misplaced = std::collections::HashSet::new();
+    let mut last_damage = None;
+    let mut reported_misplaced = std::collections::BTreeSet::new();
     loop {
         // A deduper refused because a setting moved its data (storage.table,
         // farm) shows as its own NOT_SERVING health service; the replica stays
         // ready for every other deduper.
-        for (client_id, name) in engine.misplaced_dedupers() {
-            let service = misplaced_health_service(&client_id, &name);
-            if reported_misplaced.insert(service.clone()) {
-                reporter.set_service_status(&service, ServingStatus::NotServing).await;
-            }
-        }
+        report_misplaced(&engine, &health, &mut reported_misplaced).await;
         let s = store.clone();
         let (tx, rx) = tokio::sync::oneshot::channel();
         let spawned = std::thread::Builder::new()
             .name("solus-health-probe".into())
-            .spawn(move || drop(tx.send(s.ping())));
+            .spawn(move || drop(tx.send((s.ping(), s.damage()))));
         let ok = match spawned {
             Ok(_) => rx
                 .await
                 .map_err(|_| "health probe thread ended without an answer".to_string())
-                .map(|r| r.map_err(|e| e.to_string())),
+                .map(|(r, damage)| {
+                    report_damage(&health, damage, &mut last_damage);
+                    r.map_err(|e| e.to_string())
+                }),
             Err(e) => Err(format!("starting the health probe thread: {e}")),
         };
         let status = match ok {
@@ -349,11 +391,11 @@ async fn watch_storage(
             let shown = match status {
                 ServingStatus::Serving => "SERVING",
                 ServingStatus::NotServing => "NOT_SERVING",
-                ServingStatus::Unknown => "UNKNOWN",
+                ServingStatus::Unknown | ServingStatus::ServiceUnknown => "UNKNOWN",
             };
             tracing::info!(service = DATA_SERVICE_NAME, status = shown, "health changed");
             crate::metrics::set_ready(status == ServingStatus::Serving);
-            reporter.set_service_status(DATA_SERVICE_NAME, status).await;
+            health.set(DATA_SERVICE_NAME, status);
             last = Some(status);
         }
         tokio::time::sleep(every).await;
@@ -406,13 +448,13 @@ pub async fn serve(
         );
     }
 
-    let (reporter, health) = tonic_health::server::health_reporter();
-    reporter.set_service_status("", ServingStatus::Serving).await;
+    let health = Health::new();
+    health.set("", ServingStatus::Serving);
     let hbase = (settings.storage.backend == Backend::Hbase).then(|| settings.storage.hbase.clone());
     let watcher = tokio::spawn(watch_storage(
         store.clone(),
         engine.clone(),
-        reporter.clone(),
+        health.clone(),
         Duration::from_millis(settings.server.health_check_interval_ms.max(100)),
         move |error| hbase.as_ref().and_then(|h| hbase_hint(h, error)),
     ));
@@ -452,7 +494,7 @@ pub async fn serve(
     );
     let health_only = serve_health_only(
         &settings.server.health_listen,
-        tonic::transport::Server::builder().add_service(health.clone()),
+        tonic::transport::Server::builder().add_service(health.service()),
     )
     .await?;
     let mut builder = tonic::transport::Server::builder();
@@ -465,7 +507,7 @@ pub async fn serve(
     // Shutdown: flip health, refuse new requests, close the listener, start the drain clock.
     let drain = Duration::from_millis(settings.server.drain_timeout_ms);
     let (drain_tx, mut drain_rx) = tokio::sync::watch::channel(false);
-    let (drain_gate, drain_reporter) = (gate.clone(), reporter.clone());
+    let (drain_gate, drain_health) = (gate.clone(), health.clone());
     let incoming = UntilStopped {
         listener: Some(TcpListenerStream::new(listener)),
         stop: Box::pin(async move {
@@ -476,10 +518,11 @@ pub async fn serve(
                 "shutting down: refusing new requests, finishing in-flight ones"
             );
             drain_gate.start_draining();
-            drain_reporter
-                .set_service_status(DATA_SERVICE_NAME, ServingStatus::NotServing)
-                .await;
-            drain_reporter.set_service_status("", ServingStatus::NotServing).await;
+            drain_health.set(DATA_SERVICE_NAME, ServingStatus::NotServing);
+            drain_health.set("", ServingStatus::NotServing);
+            // Watchers get NOT_SERVING, then their streams end: an open
+            // Watch would otherwise hold the graceful stop to the drain timeout.
+            drain_health.close();
             let _ = drain_tx.send(true);
         }),
     };
@@ -487,7 +530,7 @@ pub async fn serve(
     // then wait for open requests); the signal itself never fires.
     let server = builder
         .layer(gate.clone())
-        .add_service(health)
+        .add_service(health.service())
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(data)

@@ -461,6 +461,40 @@ pub async fn check(a: DataArgs, add: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `solus health`: one line per health service (`""`, the data path and
+/// the journal) with its status; exits non-zero unless every one is SERVING.
+pub async fn health(target: &Target) -> anyhow::Result<()> {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    let mut client = tonic_health::pb::health_client::HealthClient::new(connect(target).await?);
+    let mut all_serving = true;
+    for (service, meaning) in [
+        ("", "the process"),
+        (crate::server::DATA_SERVICE_NAME, "storage answers (readiness)"),
+        (
+            crate::server::JOURNAL_SERVICE_NAME,
+            "no damaged journal kept aside (see the server log and docs/operations.md)",
+        ),
+    ] {
+        let req = tonic_health::pb::HealthCheckRequest {
+            service: service.into(),
+        };
+        let status = match client.check(req).await {
+            Ok(r) => ServingStatus::try_from(r.into_inner().status)
+                .map_or("UNKNOWN", |s| s.as_str_name())
+                .to_string(),
+            Err(e) if e.code() == tonic::Code::NotFound => "NOT_FOUND".into(),
+            Err(e) => return Err(anyhow::anyhow!("health check of {service:?}: {}", e.message())),
+        };
+        all_serving &= status == "SERVING";
+        let shown = if service.is_empty() { "\"\"" } else { service };
+        println!("{shown:<26} {status:<12} {meaning}");
+    }
+    if !all_serving {
+        anyhow::bail!("not every health service is SERVING");
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::escape;

@@ -45,6 +45,11 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// Solus against Redis (one key per entity) on the same machine and keys.
     Compare(bench::CompareArgs),
+    /// Print the server's health services: process, data path, journal.
+    Health {
+        #[command(flatten)]
+        target: Target,
+    },
 }
 
 /// Where the server is, and how to reach it.
@@ -196,6 +201,7 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
         Command::Replay(a) => replay::run(a).await,
         Command::Bench(a) => bench::run(a).await,
         Command::Compare(a) => bench::run_compare(a).await,
+        Command::Health { target } => client::health(&target).await,
     }
 }
 

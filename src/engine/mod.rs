@@ -15,6 +15,7 @@ use crate::contract::hashing;
 use crate::deduper::{self, Deduper, Level, ModelError, SizeLimits, Sizing};
 use crate::storage::{self, BitAddr, Cell, RequestKey, StorageError, Store};
 
+mod placement;
 pub mod records;
 pub mod requests;
 pub mod stats;
@@ -574,6 +575,7 @@ impl Engine {
         request_id: Option<Vec<u8>>,
     ) -> Result<Option<Write>, EngineError> {
         self.validate_entities(entities)?;
+        let request_id = requests::given_id(request_id);
         if let Some(id) = &request_id {
             requests::validate_id(id)?;
         }
@@ -896,7 +898,7 @@ impl Engine {
         let updated = Self::blocking(move || {
             let change = move |d: &mut Deduper| {
                 if let Some(e) = expiry_seconds {
-                    d.expiry_seconds = e;
+                    d.set_expiry(e);
                 }
                 if let Some(a) = active {
                     d.active = a;

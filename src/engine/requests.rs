@@ -52,6 +52,14 @@ pub fn digest(ttl_ms: u64, entities: &[impl AsRef<[u8]>]) -> [u8; 32] {
     h.finalize().into()
 }
 
+/// The `request_id` a request really carries: an empty one is none. The
+/// field is `optional bytes`, and JSON gateways and some clients send ""
+/// for "not set"; taken as an id it would be one key shared by every
+/// caller, so unrelated requests would be refused as reuses of it.
+pub fn given_id(id: Option<Vec<u8>>) -> Option<Vec<u8>> {
+    id.filter(|id| !id.is_empty())
+}
+
 /// Checks a `request_id`: at most [`MAX_REQUEST_ID_BYTES`].
 pub fn validate_id(id: &[u8]) -> Result<(), EngineError> {
     if id.len() > MAX_REQUEST_ID_BYTES {

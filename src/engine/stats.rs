@@ -254,7 +254,9 @@ impl Engine {
     /// bits go), drops it from this server's config cache, then has the
     /// store remove its bits and its config (see [`Store::delete_deduper`]).
     /// Returns the config as it was. Errors: `Invalid` names, `NotFound`
-    /// (also for a second delete), `Active` when active and not `force`,
+    /// (also for a second delete), `Misplaced` when its recorded data
+    /// location is not where this replica's settings put it (as for data
+    /// calls), `Active` when active and not `force`,
     /// `Storage` (then the deduper is left inactive and listed: run the
     /// delete again).
     ///
@@ -263,6 +265,10 @@ impl Engine {
         deduper::validate_name("client_id", client_id)?;
         deduper::validate_name("name", name)?;
         let d = self.load_deduper(client_id, name).await?;
+        // Refused where data calls are: its bits live elsewhere than this
+        // replica's settings say, and deleting here would orphan them.
+        let key = (client_id.to_string(), name.to_string());
+        let d = Arc::unwrap_or_clone(self.check_location(&key, Arc::new(d))?);
         if d.active && !force {
             return Err(EngineError::Active { name: name.to_string() });
         }

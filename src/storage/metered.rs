@@ -159,6 +159,10 @@ impl Store for MeteredStore {
         self.inner.data_location(deduper)
     }
 
+    fn damage(&self) -> Option<String> {
+        self.inner.damage()
+    }
+
     fn clock_offset(&self) -> Result<Option<ClockOffset>, StorageError> {
         self.inner.clock_offset()
     }

@@ -264,6 +264,14 @@ pub trait Store: Send + Sync + 'static {
     /// write failed, a probe write succeeds again.
     fn ping(&self) -> Result<(), StorageError>;
 
+    /// Damage recovery kept aside, for health (`solus.v1.Journal`): a
+    /// sentence naming it while there is any, else `None`. Embedded: the
+    /// damaged journal files kept as `*.log.damaged` and the records lost
+    /// at this start-up.
+    fn damage(&self) -> Option<String> {
+        None
+    }
+
     /// Makes everything written so far durable (called on shutdown).
     fn flush(&self) -> Result<(), StorageError>;
 }

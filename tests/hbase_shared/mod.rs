@@ -4,6 +4,8 @@
 //! service, and legacy markers written straight through Thrift.
 #![allow(dead_code)]
 
+mod delete;
+mod health;
 mod layout;
 mod legacy;
 
@@ -15,6 +17,8 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
+pub use delete::*;
+pub use health::*;
 pub use layout::*;
 pub use legacy::*;
 
@@ -30,6 +34,9 @@ macro_rules! hbase_shared_cases {
             the_highest_expiry_stays_in_the_cell,
             meta_row_and_farm_table,
             legacy_markers_count_and_ttl_cells_override_them,
+            a_delete_covers_bits_written_under_a_longer_expiry,
+            a_replica_with_another_table_refuses_to_delete_the_deduper,
+            misplaced_deduper_health_follows_the_deduper,
         );
     };
     ($backend:expr; $($name:ident),* $(,)?) => {

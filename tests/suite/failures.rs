@@ -132,3 +132,54 @@ pub async fn request_id_repeats_get_the_first_answer(b: &TestBackend) {
     };
     assert_eq!(data.add(long).await.unwrap_err().code(), Code::InvalidArgument);
 }
+
+/// Issue 21, class 5, as found: `request_id` is `optional bytes`, and a JSON
+/// gateway or a client may set it to "": the old code took "" as one id
+/// shared by every caller, so unrelated writes got INVALID_ARGUMENT (and an
+/// AddIfAbsent a stale answer) for the whole window. "" is no request_id.
+pub async fn an_empty_request_id_is_no_request_id(b: &TestBackend) {
+    let s = TestServer::start(b).await;
+    s.admin()
+        .create_deduper(create_np("c", "r", 100_000, 0.001, 600))
+        .await
+        .unwrap();
+    let mut data = s.data();
+    let empty: Option<&[u8]> = Some(b"");
+    let add = |items: &[&str]| pb::AddRequest {
+        client_id: "c".into(),
+        deduper: "r".into(),
+        entities: ents(items),
+        ttl_ms: 0,
+        request_id: empty.map(prost::bytes::Bytes::copy_from_slice),
+    };
+    assert_eq!(data.add(add(&["a"])).await.unwrap().into_inner().added, 1);
+    let unrelated = data.add(add(&["b", "c"])).await;
+    assert_eq!(
+        unrelated
+            .map(|r| r.into_inner().added)
+            .map_err(|e| e.message().to_string()),
+        Ok(2),
+        "an unrelated Add with request_id \"\""
+    );
+    let first = data
+        .add_if_absent(aia(&["x".into()], empty))
+        .await
+        .unwrap()
+        .into_inner()
+        .absent;
+    assert_eq!(first, [true]);
+    let again = data
+        .add_if_absent(aia(&["x".into()], empty))
+        .await
+        .unwrap()
+        .into_inner()
+        .absent;
+    assert_eq!(again, [false], "not a repeat of the first: x is present now");
+    let other = data.add_if_absent(aia(&["y".into(), "a".into()], empty)).await;
+    assert_eq!(
+        other
+            .map(|r| r.into_inner().absent)
+            .map_err(|e| e.message().to_string()),
+        Ok(vec![true, false])
+    );
+}

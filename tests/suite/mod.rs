@@ -48,6 +48,7 @@ macro_rules! backend_suite {
             health_and_reflection,
             concurrent_updates_lose_no_change,
             request_id_repeats_get_the_first_answer,
+            an_empty_request_id_is_no_request_id,
             record_ids_replay_gets_the_first_answer,
             delete_deduper_refuses_active_then_removes_everything,
             stats_estimate_live_entities_and_fpr,

@@ -9,9 +9,18 @@
 //! Frame: `<len u32 LE><crc32 u32 LE of the payload><payload>`. A record
 //! is appended with one positioned write at the end of the valid data; a
 //! failed write (a full disk) does not move the end, so the next record
-//! overwrites its remains. Reading stops at the first frame that is short
-//! or fails its checksum: only a write that was never acknowledged can be
-//! there.
+//! overwrites its remains.
+//!
+//! Reading: a frame that is short or fails its checksum with no valid frame
+//! after it is a torn tail - only a write that was never acknowledged can be
+//! there - and ends the file. One with valid frames after it is *damage*
+//! (bit rot, a bad block) to acknowledged records: the reader skips to the
+//! next valid frame (found byte by byte), replays everything after it, and
+//! reports the region ([`Damage`]: file, offset, bytes and records lost).
+//! [`Journal::open`] then refuses ([`OpenError::Damaged`]) unless allowed;
+//! allowed, it copies the readable records of a damaged file into the new
+//! generation (so they stay durable until the next checkpoint) and renames
+//! the file aside to `<generation>.log.damaged`, which no checkpoint deletes.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
@@ -56,6 +65,37 @@ fn generations(dir: &Path) -> io::Result<Vec<u64>> {
     Ok(out)
 }
 
+/// A damaged region of a journal file (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damage {
+    /// The journal file as found.
+    pub file: PathBuf,
+    /// Where it was renamed aside to, when the store started anyway.
+    pub kept_as: Option<PathBuf>,
+    /// Byte offset of the first unreadable frame.
+    pub offset: u64,
+    /// Unreadable bytes, up to the next valid frame.
+    pub bytes: u64,
+    /// Records lost: exact when `exact` (the frame lengths in the region
+    /// still chain to the next valid frame), else a lower bound of 1.
+    pub records: u64,
+    pub exact: bool,
+}
+
+/// Why [`Journal::open`] failed.
+#[derive(Debug)]
+pub enum OpenError {
+    Io(io::Error),
+    /// Damage was found and not allowed: nothing was changed on disk.
+    Damaged(Vec<Damage>),
+}
+
+impl From<io::Error> for OpenError {
+    fn from(e: io::Error) -> Self {
+        OpenError::Io(e)
+    }
+}
+
 fn open_new(dir: &Path, generation: u64) -> io::Result<File> {
     OpenOptions::new()
         .read(true)
@@ -67,20 +107,48 @@ fn open_new(dir: &Path, generation: u64) -> io::Result<File> {
 
 impl Journal {
     /// Opens the journal under `dir` (created when missing), passing every
-    /// record already there, oldest first, to `replay`; new records go to
-    /// a new generation. Errors: the I/O error.
-    pub fn open(dir: &Path, fsync: bool, mut replay: impl FnMut(&[u8])) -> io::Result<Journal> {
+    /// readable record already there, oldest first, to `replay`; new
+    /// records go to a new generation. Damage (see the module docs) is
+    /// returned with the journal when `allow_damage`, each file's readable
+    /// records then copied forward and the file renamed aside. Errors:
+    /// `Io`; `Damaged` when damage was found and not allowed (the files are
+    /// left as they were).
+    pub fn open(
+        dir: &Path,
+        fsync: bool,
+        allow_damage: bool,
+        mut replay: impl FnMut(&[u8]),
+    ) -> Result<(Journal, Vec<Damage>), OpenError> {
         std::fs::create_dir_all(dir)?;
         let existing = generations(dir)?;
+        let mut damage = Vec::new();
+        // Readable records of damaged files, to copy forward.
+        let mut salvaged: Vec<(u64, Vec<Vec<u8>>)> = Vec::new();
         for &g in &existing {
-            read_records(&file_of(dir, g), &mut replay)?;
+            let path = file_of(dir, g);
+            let mut records = Vec::new();
+            let found = read_records(&path, &mut |r: &[u8]| {
+                replay(r);
+                records.push(r.to_vec());
+            })?;
+            if !found.is_empty() {
+                damage.extend(found.into_iter().map(|(offset, bytes, records, exact)| Damage {
+                    file: path.clone(),
+                    kept_as: None,
+                    offset,
+                    bytes,
+                    records,
+                    exact,
+                }));
+                salvaged.push((g, records));
+            }
+        }
+        if !damage.is_empty() && !allow_damage {
+            return Err(OpenError::Damaged(damage));
         }
         let generation = existing.last().map_or(0, |g| g + 1);
         let file = open_new(dir, generation)?;
-        if fsync {
-            File::open(dir)?.sync_all()?;
-        }
-        Ok(Journal {
+        let journal = Journal {
             dir: dir.to_path_buf(),
             fsync,
             current: Mutex::new(Current {
@@ -88,7 +156,29 @@ impl Journal {
                 file,
                 len: 0,
             }),
-        })
+        };
+        if !salvaged.is_empty() {
+            for record in salvaged.iter().flat_map(|(_, r)| r) {
+                journal.append(record)?;
+            }
+            journal
+                .current
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .file
+                .sync_data()?;
+            for (g, _) in &salvaged {
+                let aside = aside_path(dir, *g);
+                std::fs::rename(file_of(dir, *g), &aside)?;
+                for d in damage.iter_mut().filter(|d| d.file == file_of(dir, *g)) {
+                    d.kept_as = Some(aside.clone());
+                }
+            }
+        }
+        if fsync || !salvaged.is_empty() {
+            File::open(dir)?.sync_all()?;
+        }
+        Ok((journal, damage))
     }
 
     /// Appends one record; with `fsync`, `fdatasync`s it before returning.
@@ -142,24 +232,67 @@ impl Journal {
     }
 }
 
-/// Passes every valid record of one journal file to `each`.
-fn read_records(path: &Path, each: &mut impl FnMut(&[u8])) -> io::Result<()> {
+/// `<generation>.log.damaged` (with `.<n>` when taken): outside
+/// [`generations`], so never replayed again nor deleted.
+fn aside_path(dir: &Path, generation: u64) -> PathBuf {
+    let base = dir.join(format!("{generation:016}.log.damaged"));
+    (1..)
+        .map(|n| {
+            if n == 1 {
+                base.clone()
+            } else {
+                base.with_extension(format!("damaged.{n}"))
+            }
+        })
+        .find(|p| !p.exists())
+        .expect("a free name")
+}
+
+/// The payload of the valid frame at `at`, if one starts there.
+fn frame_at(bytes: &[u8], at: usize) -> Option<&[u8]> {
+    let header = bytes.get(at..at + FRAME_HEADER)?;
+    let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
+    let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+    let payload = bytes.get(at + FRAME_HEADER..(at + FRAME_HEADER).checked_add(len)?)?;
+    (len > 0 && crc32fast::hash(payload) == crc).then_some(payload)
+}
+
+/// Records in `bytes[from..to]` by their length fields, when they chain
+/// exactly to `to` (only the payload of a frame was damaged).
+fn chained_records(bytes: &[u8], from: usize, to: usize) -> Option<u64> {
+    let (mut at, mut n) = (from, 0u64);
+    while at < to {
+        let header = bytes.get(at..at + FRAME_HEADER)?;
+        let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
+        at = at.checked_add(FRAME_HEADER + len)?;
+        n += 1;
+    }
+    (at == to).then_some(n)
+}
+
+/// Passes every valid record of one journal file to `each`, skipping
+/// damaged regions; returns them as `(offset, bytes, records, exact)`
+/// (empty for a clean file or one with only a torn tail).
+fn read_records(path: &Path, each: &mut impl FnMut(&[u8])) -> io::Result<Vec<(u64, u64, u64, bool)>> {
     let mut bytes = Vec::new();
     File::open(path)?.read_to_end(&mut bytes)?;
-    let mut rest = &bytes[..];
-    while rest.len() >= FRAME_HEADER {
-        let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
-        let crc = u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]);
-        let Some(payload) = rest.get(FRAME_HEADER..FRAME_HEADER + len) else {
+    let mut damage = Vec::new();
+    let mut at = 0;
+    while at + FRAME_HEADER <= bytes.len() {
+        if let Some(payload) = frame_at(&bytes, at) {
+            each(payload);
+            at += FRAME_HEADER + payload.len();
+            continue;
+        }
+        // No valid frame after it: a torn tail, which ends the file.
+        let Some(next) = (at + 1..bytes.len()).find(|&p| frame_at(&bytes, p).is_some()) else {
             break;
         };
-        if len == 0 || crc32fast::hash(payload) != crc {
-            break;
-        }
-        each(payload);
-        rest = &rest[FRAME_HEADER + len..];
+        let chained = chained_records(&bytes, at, next);
+        damage.push((at as u64, (next - at) as u64, chained.unwrap_or(1), chained.is_some()));
+        at = next;
     }
-    Ok(())
+    Ok(damage)
 }
 
 #[cfg(test)]
@@ -168,20 +301,105 @@ mod tests {
 
     fn replayed(dir: &Path) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
-        Journal::open(dir, false, |r| out.push(r.to_vec())).unwrap();
+        Journal::open(dir, false, false, |r| out.push(r.to_vec())).unwrap();
         out
+    }
+
+    fn open(dir: &Path) -> Journal {
+        Journal::open(dir, false, false, |_| {}).unwrap().0
+    }
+
+    /// Issue 21, class 4: one flipped byte in the middle of a file of 100
+    /// records used to end the replay there, silently (50 of 100 lost).
+    #[test]
+    fn a_flipped_byte_mid_file_is_damage_not_a_torn_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = open(dir.path());
+        let records: Vec<Vec<u8>> = (0..100u32).map(|i| format!("record-{i:03}").into_bytes()).collect();
+        records.iter().for_each(|r| j.append(r).unwrap());
+        drop(j);
+        let path = file_of(dir.path(), 0);
+        let frame = FRAME_HEADER as u64 + 10;
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[(50 * frame + FRAME_HEADER as u64 + 3) as usize] ^= 0x01;
+        std::fs::write(&path, &bytes).unwrap();
+
+        let mut seen = Vec::new();
+        let refused = Journal::open(dir.path(), false, false, |r| seen.push(r.to_vec()));
+        let Err(OpenError::Damaged(damage)) = refused else {
+            panic!("damage not reported: {:?}", refused.map(|(_, d)| d))
+        };
+        let expected = Damage {
+            file: path.clone(),
+            kept_as: None,
+            offset: 50 * frame,
+            bytes: frame,
+            records: 1,
+            exact: true,
+        };
+        assert_eq!(damage, std::slice::from_ref(&expected));
+        assert_eq!(seen.len(), 99, "every record after the damaged one is read");
+        assert_eq!(
+            generations(dir.path()).unwrap(),
+            [0],
+            "refused: nothing changed on disk"
+        );
+
+        let mut seen = Vec::new();
+        let (j, damage) = Journal::open(dir.path(), false, true, |r| seen.push(r.to_vec())).unwrap();
+        let aside = dir.path().join("0000000000000000.log.damaged");
+        assert_eq!(
+            damage,
+            [Damage {
+                kept_as: Some(aside.clone()),
+                ..expected
+            }]
+        );
+        assert_eq!(std::fs::read(&aside).unwrap(), bytes, "kept as found");
+        // The readable records were copied forward into the new generation:
+        // they replay from there, and a checkpoint's drop keeps the file aside.
+        j.drop_before(1).unwrap();
+        drop(j);
+        let mut expected: Vec<Vec<u8>> = records.clone();
+        expected.remove(50);
+        assert_eq!(seen, expected);
+        assert_eq!(replayed(dir.path()), expected);
+        assert!(aside.exists(), "no checkpoint deletes the damaged file");
+    }
+
+    #[test]
+    fn a_damaged_length_is_skipped_to_the_next_valid_frame() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = open(dir.path());
+        for i in 0..10u8 {
+            j.append(&[i + 1; 20]).unwrap();
+        }
+        drop(j);
+        let path = file_of(dir.path(), 0);
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[3 * 28 + 1] = 0x7f; // record 3's length field
+        std::fs::write(&path, &bytes).unwrap();
+        let mut seen = Vec::new();
+        let Err(OpenError::Damaged(damage)) = Journal::open(dir.path(), false, false, |r| seen.push(r[0])) else {
+            panic!("damage not reported")
+        };
+        assert_eq!(seen, [1, 2, 3, 5, 6, 7, 8, 9, 10]);
+        assert_eq!(
+            (damage[0].offset, damage[0].bytes, damage[0].records, damage[0].exact),
+            (84, 28, 1, false)
+        );
     }
 
     #[test]
     fn records_replay_in_order_across_generations_until_dropped() {
         let dir = tempfile::tempdir().unwrap();
-        let j = Journal::open(dir.path(), true, |_| panic!("empty")).unwrap();
+        let j = Journal::open(dir.path(), true, false, |_| panic!("empty")).unwrap().0;
         j.append(b"one").unwrap();
         let keep = j.switch().unwrap();
         j.append(b"two").unwrap();
         drop(j);
         assert_eq!(replayed(dir.path()), vec![b"one".to_vec(), b"two".to_vec()]);
-        let j = Journal::open(dir.path(), false, |_| {}).unwrap();
+        let j = open(dir.path());
         j.drop_before(keep).unwrap();
         j.append(b"three").unwrap();
         drop(j);
@@ -191,7 +409,7 @@ mod tests {
     #[test]
     fn a_torn_tail_ends_the_replay_and_later_appends_overwrite_it() {
         let dir = tempfile::tempdir().unwrap();
-        let j = Journal::open(dir.path(), false, |_| {}).unwrap();
+        let j = open(dir.path());
         j.append(b"kept").unwrap();
         let path = file_of(dir.path(), 0);
         // A write that failed half way: a frame header and part of a payload.
@@ -205,7 +423,8 @@ mod tests {
         let mut bytes = Vec::new();
         let mut out = Vec::new();
         File::open(&path).unwrap().read_to_end(&mut bytes).unwrap();
-        read_records(&path, &mut |r: &[u8]| out.push(r.to_vec())).unwrap();
+        let damage = read_records(&path, &mut |r: &[u8]| out.push(r.to_vec())).unwrap();
         assert_eq!(out, vec![b"kept".to_vec()]);
+        assert!(damage.is_empty(), "a torn tail is not damage");
     }
 }

@@ -33,6 +33,7 @@
 //! so it survives power loss / an OS crash too.
 
 mod codec;
+mod damage;
 pub mod filter;
 mod journal;
 mod pagefile;
@@ -94,6 +95,12 @@ pub struct EmbeddedConfig {
     /// `request_id` beyond it is refused with `RESOURCE_EXHAUSTED` until
     /// older ones expire. Default 64.
     pub max_request_memory_mib: u64,
+    /// Start although the journal holds damaged records (a checksum failure
+    /// with valid records after it: bit rot, a bad block), replaying every
+    /// readable one and keeping the damaged file aside as
+    /// `journal/<generation>.log.damaged`. Default false: refuse to start,
+    /// naming the file, offset and records lost (docs/operations.md).
+    pub start_with_damaged_journal: bool,
     /// Memory the remembered record ids (`record_ids` answered absent) may
     /// take, in MiB, at 48 bytes per record (about 5.6 million in the
     /// default); a request whose new record ids do not fit is refused with
@@ -112,6 +119,7 @@ impl Default for EmbeddedConfig {
             max_memory_mib: 8192,
             cache_mib: 4,
             max_request_memory_mib: 64,
+            start_with_damaged_journal: false,
             max_record_memory_mib: 256,
         }
     }
@@ -248,6 +256,8 @@ struct Inner {
     /// The write journal, opened by the recovery that replays it.
     journal: std::sync::OnceLock<journal::Journal>,
     journal_bytes: AtomicU64,
+    /// Journal records found damaged and skipped at start-up.
+    unreadable_journal_records: AtomicU64,
     /// The legacy `pages` keyspace had pages at start-up: empty it once
     /// they are saved in page files.
     legacy_pages: AtomicBool,
@@ -283,6 +293,7 @@ impl EmbeddedStore {
             meta_lock: Mutex::new(0),
             journal: std::sync::OnceLock::new(),
             journal_bytes: AtomicU64::new(0),
+            unreadable_journal_records: AtomicU64::new(0),
             legacy_pages: AtomicBool::new(false),
             checkpoint_lock: Mutex::new(()),
             fail_next_delete: AtomicBool::new(false),
@@ -806,6 +817,14 @@ impl Store for EmbeddedStore {
     /// Ticks are whole seconds or longer in a `u32`: 2106-02-07T06:28:15Z.
     fn max_expire_ms(&self) -> i64 {
         filter::MAX_EXPIRE_MS
+    }
+
+    /// The damaged journal files kept aside and the records lost at start-up
+    /// (`damage.rs`), while any such file is in `journal/`.
+    fn damage(&self) -> Option<String> {
+        let kept = damage::kept_files(&self.inner.config.path.join("journal"));
+        let lost = self.inner.unreadable_journal_records.load(Ordering::SeqCst);
+        damage::describe(&kept, lost)
     }
 
     /// Fine while writes succeed; after a failed one, a probe write of

@@ -77,13 +77,20 @@ impl Inner {
         }
         if self.journal.get().is_none() {
             let mut failed = Ok(());
-            let journal = journal::Journal::open(&self.config.path.join("journal"), self.config.fsync, |r| {
+            let allow = self.config.start_with_damaged_journal;
+            let opened = journal::Journal::open(&self.config.path.join("journal"), self.config.fsync, allow, |r| {
                 if failed.is_ok() {
                     failed = replay(r);
                 }
-            })
-            .map_err(|e| unavailable(format!("opening the journal: {e}")))?;
+            });
+            let (journal, damage) = match opened {
+                Ok(opened) => opened,
+                Err(journal::OpenError::Io(e)) => return Err(unavailable(format!("opening the journal: {e}"))),
+                Err(journal::OpenError::Damaged(damage)) => return Err(super::damage::refusal(&damage)),
+            };
             failed?;
+            let lost = super::damage::report(&damage);
+            self.unreadable_journal_records.store(lost, Ordering::SeqCst);
             let _ = self.journal.set(journal);
         }
         self.legacy_pages.store(legacy > 0 || legacy_journal, Ordering::SeqCst);

@@ -133,6 +133,9 @@ impl MetaRow<'_> {
             (Some(v), Some(ts)) if v == token => ts,
             _ => return Err(self.busy("was taken over by another create")),
         };
+        // The expiry high-water mark first (its own cell timestamp): a create
+        // cut short here leaves a claim, never a config without its mark.
+        super::meta::put_max_expiry(self.pool, self.tables, self.d)?;
         let mut mutations: Vec<Mutation> = codec::deduper_mutations(self.d);
         mutations.extend(codec::absent_columns(self.d));
         self.pool

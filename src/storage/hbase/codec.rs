@@ -21,6 +21,15 @@
 //! | `p`      | double  | 8-byte big-endian IEEE 754; only with `n`    |
 //! | `loc`    | String  | UTF-8 data table of the bits (Solus only)    |
 //! | `ver`    | bytes   | `utime` long, `a` byte, `expiry` long (Solus only) |
+//! | `maxexp` | long    | 8-byte big-endian, seconds: the longest `expiry` ever set (Solus only) |
+//!
+//! `maxexp` is the high-water mark of `expiry` that bounds a delete
+//! (`lifecycle.rs`). Its cell timestamp is `ctime + maxexp` (a count, not
+//! a time): HBase keeps the version with the highest timestamp, so of
+//! racing updates the longest expiry stays, in any order, without a read;
+//! and it is above the delete markers of a deleted namesake, whose `ctime`
+//! was earlier. Written only by [`max_expiry_put`], never with the other
+//! columns. A row without it (older writers) has an unknown mark.
 //!
 //! `ver` is the compare-and-set cell of updates (see `meta.rs`): it holds
 //! the mutable settings of the latest update, and wins over `a`, `expiry`
@@ -68,8 +77,9 @@ pub mod meta_col {
     /// A cell stamped by HBase on a create that meets another's claim,
     /// read back as HBase's "now" in that row (`claim.rs`).
     pub const SEEN: &str = "seen";
+    pub const MAX_EXPIRY: &str = "maxexp";
     /// Every meta column, for reads that must not fetch anything else.
-    pub const ALL: [&str; 15] = [
+    pub const ALL: [&str; 16] = [
         NAME,
         HASH_FUNCTIONS,
         SHARDS,
@@ -85,6 +95,7 @@ pub mod meta_col {
         VERSION,
         CLAIM,
         SEEN,
+        MAX_EXPIRY,
     ];
     /// Column of a remembered request's record, in its own row.
     pub const REQUEST: &str = "req";
@@ -169,6 +180,18 @@ pub fn deduper_mutations(d: &Deduper) -> Vec<Mutation> {
         out.push(meta(LOCATION, loc.clone().into_bytes()));
     }
     out
+}
+
+/// The put of `C:maxexp` and the cell timestamp to write it at (see the
+/// module docs); `None` when the mark is unknown (a config stored before it
+/// was recorded keeps it unknown).
+pub fn max_expiry_put(d: &Deduper) -> Option<(Mutation, i64)> {
+    let max = d.max_expiry_seconds?.max(d.expiry_seconds);
+    let seconds = i64::try_from(max).unwrap_or(i64::MAX / 4);
+    Some((
+        meta(meta_col::MAX_EXPIRY, seconds.to_be_bytes().to_vec()),
+        d.create_time_ms.saturating_add(seconds),
+    ))
 }
 
 /// The puts of an update's mutable columns (`a`, `expiry`, `utime`).
@@ -291,6 +314,10 @@ pub fn decode_deduper(client_id: &str, columns: &BTreeMap<Vec<u8>, TCell>) -> Re
     let data_location = get(LOCATION)
         .map(|v| String::from_utf8(v.to_vec()).map_err(|_| bad(LOCATION, "is not UTF-8")))
         .transpose()?;
+    let max_expiry_seconds = match get(MAX_EXPIRY) {
+        Some(_) => Some(u64::try_from(long(MAX_EXPIRY)?).map_err(|_| bad(MAX_EXPIRY, "is negative"))?),
+        None => None,
+    };
     Ok(Some(Deduper {
         client_id: client_id.to_string(),
         name: text(NAME)?,
@@ -307,6 +334,7 @@ pub fn decode_deduper(client_id: &str, columns: &BTreeMap<Vec<u8>, TCell>) -> Re
         expected_insertions: n,
         false_positive_rate: p,
         data_location,
+        max_expiry_seconds,
     }))
 }
 
@@ -331,6 +359,7 @@ mod tests {
             expected_insertions: sized.then_some(1_000_000),
             false_positive_rate: sized.then_some(0.01),
             data_location: sized.then(|| "solus_deduper_dc1".to_string()),
+            max_expiry_seconds: None,
         }
     }
 
@@ -401,6 +430,32 @@ mod tests {
         row.remove(b"C:sh".as_slice());
         let err = decode_deduper("c", &row).unwrap_err().to_string();
         assert!(err.contains("C:sh is missing"), "{err}");
+    }
+
+    #[test]
+    fn the_expiry_high_water_mark_is_its_own_cell_timestamped_above_ctime() {
+        let d = Deduper {
+            max_expiry_seconds: Some(7200),
+            ..sample(true)
+        };
+        assert!(
+            deduper_mutations(&d)
+                .iter()
+                .all(|m| m.column.as_deref() != Some(b"C:maxexp"))
+        );
+        let (put, ts) = max_expiry_put(&d).unwrap();
+        assert_eq!(ts, d.create_time_ms + 7200);
+        let mut row = as_row(&deduper_mutations(&d));
+        row.insert(put.column.unwrap(), TCell::new(put.value.unwrap(), ts));
+        assert_eq!(decode_deduper("client-a", &row).unwrap(), Some(d.clone()));
+        assert_eq!(max_expiry_put(&sample(true)), None, "unknown stays unknown");
+        // Never below the current expiry, even if the stored mark were.
+        let (_, ts) = max_expiry_put(&Deduper {
+            max_expiry_seconds: Some(10),
+            ..d.clone()
+        })
+        .unwrap();
+        assert_eq!(ts, d.create_time_ms + 3600);
     }
 
     #[test]

@@ -3,11 +3,18 @@
 //! # Delete
 //! 1. (The engine deactivated the deduper first.)
 //! 2. Every shard row `0..shards` of the deduper, computed from its geometry
-//!    with [`layout::data_row_key`] (no scan), gets `deleteAllRowTs` at
-//!    `T = now + expiry_seconds * 1000 + DELETE_SLACK_MS`. Bit cells carry
-//!    their expiry time as their timestamp, which can lie up to
-//!    `expiry_seconds` in the future, so a delete "as of now" would miss
-//!    them; `T` covers every cell a write within the current expiry made.
+//!    with [`layout::data_row_key`] (no scan), in the data table its config
+//!    records (`loc`; the current setting only for configs without one),
+//!    gets `deleteAllRowTs` at `T` = [`delete_bound`]`(d, now)` =
+//!    `now + high-water expiry * 1000 + DELETE_SLACK_MS`. Bit cells carry
+//!    their expiry time as their timestamp, which can lie up to the expiry
+//!    in force at their write in the future, so a delete "as of now" would
+//!    miss them, and so would one bounded by the *current* expiry after it
+//!    was lowered; the high-water mark (`C:maxexp`, see `codec.rs`) is the
+//!    longest expiry the deduper ever had, so `T` covers every cell any
+//!    write ever made. A config without the mark (stored by an older
+//!    version) takes the worst case, [`crate::deduper::MAX_EXPIRY_SECONDS`]:
+//!    every bit is deleted, and the name stays taken for 100 years (below).
 //! 3. The config row: a tombstone cell `C:gone` = `T` is put above the
 //!    row's newest cell, then the row is deleted below it.
 //!
@@ -43,6 +50,16 @@ use crate::storage::{BitAddr, BitStats, StorageError};
 /// the replicas that wrote the bits and this one, in ms.
 pub const DELETE_SLACK_MS: i64 = 60_000;
 
+/// The delete time of `d`'s bit rows at `now_ms` (ms since the Unix epoch):
+/// `now_ms + expiry_high_water_seconds * 1000 + DELETE_SLACK_MS`, above the
+/// timestamp of every bit cell any write to `d` made (see the module docs).
+/// It is also the tombstone's "until": the one bound the delete and the
+/// re-create guard share.
+pub fn delete_bound(d: &Deduper, now_ms: i64) -> i64 {
+    let expiry_ms = i64::try_from(d.expiry_high_water_seconds().saturating_mul(1000)).unwrap_or(i64::MAX / 2);
+    now_ms.saturating_add(expiry_ms).saturating_add(DELETE_SLACK_MS)
+}
+
 /// The tombstone column of a deleted deduper's config row: 8-byte BE ms
 /// until which its delete markers hide new bits.
 const TOMBSTONE: &str = "gone";
@@ -59,10 +76,19 @@ impl HbaseStore {
         };
         let (stored, newest) = stored;
         let now = now_ms();
-        let expiry_ms = i64::try_from(stored.expiry_seconds.saturating_mul(1000)).unwrap_or(i64::MAX / 2);
-        let until = now.saturating_add(expiry_ms).saturating_add(DELETE_SLACK_MS);
+        let until = delete_bound(&stored, now);
         self.tables.ensure_data(&self.pool)?;
         let table = self.data_table(&stored);
+        // Where its bits are, never where this replica would put them: the
+        // engine refuses such a delete first (`Misplaced`); this holds for
+        // any other caller. A config without a location is taken to match.
+        if let Some(recorded) = stored.data_location.as_ref().filter(|r| **r != table) {
+            return Err(StorageError::Precondition(format!(
+                "deduper {:?} keeps its bits in {recorded:?}, but the current settings put them in {table:?} \
+                 (storage.table / farm changed?); refusing to delete it from the wrong table: restore the setting",
+                stored.name
+            )));
+        }
         let shards: Vec<u32> = (0..stored.geometry.shards).collect();
         let what = format!("deleteAllRowTs {table}");
         in_parallel(&shards, |&shard| {
@@ -131,8 +157,8 @@ impl HbaseStore {
         match until {
             Some(until) if until >= now_ms => Err(StorageError::Precondition(format!(
                 "deduper {:?} of client {:?} was deleted recently; HBase's delete markers hide bits written under \
-                 this name until {} ms since the epoch ({} s from now, the old expiry_seconds plus {} s); create it \
-                 then, or use another name now",
+                 this name until {} ms since the epoch ({} s from now: the longest expiry_seconds it ever had, \
+                 plus {} s); create it then, or use another name now",
                 d.name,
                 d.client_id,
                 until,
@@ -200,6 +226,18 @@ mod tests {
             bits_per_shard: bps,
         };
         Deduper::new("c", "d", g, 60, Level::Global, 0)
+    }
+
+    #[test]
+    fn the_delete_bound_reaches_the_longest_expiry_ever_set() {
+        let mut d = deduper(1, 10);
+        d.set_expiry(3600);
+        d.set_expiry(1);
+        assert_eq!(delete_bound(&d, 1_000), 1_000 + 3_600_000 + DELETE_SLACK_MS);
+        // A config stored before the mark: the longest expiry Solus accepts.
+        d.max_expiry_seconds = None;
+        let worst = crate::deduper::MAX_EXPIRY_SECONDS as i64 * 1000;
+        assert_eq!(delete_bound(&d, 1_000), 1_000 + worst + DELETE_SLACK_MS);
     }
 
     #[test]

@@ -13,6 +13,12 @@
 //! update, so a late mirror never hides a newer one. Readers take the
 //! mutable settings from `ver` unless the columns are newer.
 //!
+//! The high-water mark of `expiry` (`C:maxexp`, see `codec.rs`) is written
+//! with the config at creation, and by an update before its compare-and-set:
+//! a mark written for an update that then loses and is never applied only
+//! overstates it, which only lengthens a delete; the reverse, an applied
+//! expiry above the mark, cannot happen.
+//!
 //! Remembered requests: one row per request in the same table
 //! ([`codec::request_row_key`]), one cell `C:req` = expiry time (8 bytes BE
 //! ms) then the engine's record, written with `checkAndPut` (expected empty,
@@ -79,10 +85,29 @@ pub fn get(pool: &Pool, tables: &Tables, client_id: &str, name: &str) -> Result<
     }
 }
 
+/// Writes `C:maxexp` of `d` at its own timestamp (`codec::max_expiry_put`);
+/// nothing when the mark is unknown. Idempotent, retried.
+pub(super) fn put_max_expiry(pool: &Pool, tables: &Tables, d: &Deduper) -> Result<(), StorageError> {
+    let Some((put, timestamp)) = codec::max_expiry_put(d) else {
+        return Ok(());
+    };
+    put_columns_at(pool, tables, d, vec![put], timestamp)
+}
+
 /// Writes `mutations` to `d`'s config row in one `mutateRowTs` at cell
 /// timestamp `d.update_time_ms` (idempotent, retried; a lost table is
 /// re-created first).
 fn put_columns(pool: &Pool, tables: &Tables, d: &Deduper, mutations: Vec<Mutation>) -> Result<(), StorageError> {
+    put_columns_at(pool, tables, d, mutations, d.update_time_ms)
+}
+
+fn put_columns_at(
+    pool: &Pool,
+    tables: &Tables,
+    d: &Deduper,
+    mutations: Vec<Mutation>,
+    timestamp: i64,
+) -> Result<(), StorageError> {
     let table = layout::meta_table(&d.client_id);
     let row = layout::meta_row_key(&d.client_id, &d.name);
     tables.on_table(pool, &table, &format!("mutateRowTs {table}"), || {
@@ -91,7 +116,7 @@ fn put_columns(pool: &Pool, tables: &Tables, d: &Deduper, mutations: Vec<Mutatio
                 table.clone().into_bytes(),
                 row.clone(),
                 mutations.clone(),
-                d.update_time_ms,
+                timestamp,
                 Attributes::new(),
             )
         })
@@ -123,6 +148,7 @@ pub fn update(
         let previous = d.update_time_ms;
         change(&mut d);
         d.update_time_ms = d.update_time_ms.max(now_ms).max(previous + 1);
+        put_max_expiry(pool, tables, &d)?;
         let won = pool
             .call(Retry::Once, |c| {
                 c.check_and_put(
@@ -327,7 +353,7 @@ mod tests {
     #[test]
     fn every_meta_column_is_asked_by_name() {
         let cols = meta_columns();
-        assert_eq!(cols.len(), 15);
+        assert_eq!(cols.len(), 16);
         assert!(cols.iter().all(|c| c.starts_with(b"C:") && c.len() > 2));
     }
 }
