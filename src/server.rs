@@ -374,11 +374,11 @@ async fn watch_storage(
             Ok(Ok(())) => ServingStatus::Serving,
             Ok(Err(e)) => match hint(&e) {
                 Some(hint) => {
-                    tracing::warn!(error = %e, hint = %hint, "storage unreachable");
+                    tracing::warn!(error = %e, hint = %hint, "NOT_SERVING: the storage probe failed (the error says why: unreachable, or a clock beyond its bound)");
                     ServingStatus::NotServing
                 }
                 None => {
-                    tracing::warn!(error = %e, "storage unreachable");
+                    tracing::warn!(error = %e, "NOT_SERVING: the storage probe failed (the error says why: unreachable, or a clock beyond its bound)");
                     ServingStatus::NotServing
                 }
             },

@@ -7,7 +7,7 @@ names="$repo/../shared/data/npm-downloads.tsv"
 
 # Exits 0 with one `skipped:` line without java and mvn or without the names file (exit 1 for the
 # latter when SOLUS_REQUIRE_SHARED_DATA=1); exits 1 without a Solus binary. Sets solus: SOLUS_BIN,
-# else target/release/solus, else target/debug/solus.
+# else release, else debug under $CARGO_TARGET_DIR (default target/).
 pipeline_prerequisites() {
     if ! command -v java >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
         echo "skipped: $title needs java (17+) and mvn on the PATH"
@@ -22,13 +22,14 @@ pipeline_prerequisites() {
         exit 0
     fi
     solus="${SOLUS_BIN:-}"
+    local target="${CARGO_TARGET_DIR:-$repo/target}"
     if [ -z "$solus" ]; then
-        for c in "$repo/target/release/solus" "$repo/target/debug/solus"; do
+        for c in "$target/release/solus" "$target/debug/solus"; do
             if [ -x "$c" ]; then solus="$c"; break; fi
         done
     fi
     if [ -z "$solus" ] || [ ! -x "$solus" ]; then
-        echo "$label: no Solus binary: run \`cargo build --release\` at $repo or set SOLUS_BIN" >&2
+        echo "$label: no Solus binary in $target: run \`cargo build\` (or \`cargo build --release\`) at $repo, or set SOLUS_BIN" >&2
         exit 1
     fi
 }
@@ -51,7 +52,7 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 # accepts and never answers fails the run instead of hanging it. The scripts' own SOLUS_*
 # variables are not passed to the server (it warns about them).
 start_solus() {
-    env -u SOLUS_BIN -u SOLUS_REQUIRE_SHARED_DATA -u SOLUS_FLINK_KEEP -u SOLUS_FLINK_HEAP -u SOLUS_KAFKA_PIPELINE_KEEP \
+    env -u SOLUS_BIN -u SOLUS_REQUIRE_SHARED_DATA -u SOLUS_FLINK_KEEP -u SOLUS_FLINK_HEAP -u SOLUS_DOWN_SECONDS -u SOLUS_KAFKA_PIPELINE_KEEP \
         SOLUS__SERVER__LISTEN="$addr" SOLUS__METRICS__LISTEN= SOLUS__STORAGE__EMBEDDED__PATH="$work/data" NO_COLOR=1 \
         "$solus" serve >>"$work/solus.log" 2>&1 &
     solus_pid=$!

@@ -55,10 +55,13 @@ while kill -0 "$job_pid" 2>/dev/null; do
         t0=$(date +%s.%N)
         kill -9 "$solus_pid"
         wait "$solus_pid" 2>/dev/null || true
+        # Down longer than the client's retry budget (8 x (2 s + 1 s) = 24 s), so the kill fails
+        # the job for certain: a restart of ~2 s alone is ridden out by the client's retries.
+        sleep "${SOLUS_DOWN_SECONDS:-27}"
         start_solus
         touch "$work/solus-restart.done"
         restarted=1
-        echo "flink pipeline: solus killed with -9, restarted on the same data and port, answering again after $(awk "BEGIN { printf \"%.1f\", $(date +%s.%N) - $t0 }") s"
+        echo "flink pipeline: solus killed with -9, kept down ${SOLUS_DOWN_SECONDS:-27} s, restarted on the same data and port, answering again after $(awk "BEGIN { printf \"%.1f\", $(date +%s.%N) - $t0 }") s"
     fi
     sleep 0.2
 done

@@ -80,7 +80,8 @@ public final class FlinkPipeline {
         conf.set(RestOptions.BIND_PORT, "0");
         conf.set(JobManagerOptions.EXECUTION_FAILOVER_STRATEGY, "full");
         conf.set(RestartStrategyOptions.RESTART_STRATEGY, "fixed-delay");
-        conf.set(RestartStrategyOptions.RESTART_STRATEGY_FIXED_DELAY_ATTEMPTS, 10);
+        // Every restart while Solus is down fails again (9 in one run): room for many.
+        conf.set(RestartStrategyOptions.RESTART_STRATEGY_FIXED_DELAY_ATTEMPTS, 60);
         conf.set(RestartStrategyOptions.RESTART_STRATEGY_FIXED_DELAY_DELAY, Duration.ofSeconds(1));
         conf.set(CheckpointingOptions.CHECKPOINTING_INTERVAL, Duration.ofMillis(a.checkpointMs));
         conf.set(CheckpointingOptions.CHECKPOINTING_CONSISTENCY_MODE, CheckpointingMode.EXACTLY_ONCE);
@@ -174,7 +175,7 @@ public final class FlinkPipeline {
         passed += check(failed, result.isSuccess(), "the job finished: " + result.getApplicationStatus());
         passed += check(failed, Files.exists(work.resolve("injected-failure")), "the injected exception was thrown");
         passed += check(failed, restarted, "Solus was killed (-9) and restarted during the run");
-        passed += check(failed, restarts >= 1, "the job restarted (" + restarts + " restarts)");
+        passed += check(failed, restarts >= 2, "the job failed and restarted at least twice (" + restarts + " restarts)");
         passed += check(failed, c.duplicated() == 0, "no id emitted twice (" + c.duplicated() + ")");
         passed += check(failed, c.unexpected() == 0, "no id that is not in the input (" + c.unexpected() + ")");
         passed += check(failed, c.lost() <= bound, "lost " + c.lost() + " <= " + bound
