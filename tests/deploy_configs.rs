@@ -48,3 +48,26 @@ fn kubernetes_configmaps_load() {
     assert_eq!(embedded.storage.backend, Backend::Embedded);
     assert!(embedded.storage.embedded.fsync);
 }
+
+/// deploy/k8s/hbase-kerberos's solus.toml ([storage.hbase.kerberos] enabled),
+/// with the keytab and krb5.conf it names (mounted from a Secret and a
+/// ConfigMap in a pod) placed in a temp directory, since the loader checks
+/// that those files exist.
+#[test]
+fn kerberos_configmap_loads() {
+    let toml = configmap_toml(&repo("deploy/k8s/hbase-kerberos/configmap-patch.yaml"));
+    let dir = tempfile::tempdir().unwrap();
+    let keytab = dir.path().join("solus.keytab");
+    let krb5 = dir.path().join("krb5.conf");
+    std::fs::write(&keytab, b"not read at load time").unwrap();
+    std::fs::write(&krb5, "[libdefaults]\n").unwrap();
+    assert!(toml.contains("\"/etc/solus/kerberos/solus.keytab\"") && toml.contains("\"/etc/solus/krb5/krb5.conf\""));
+    let toml = toml
+        .replace("/etc/solus/kerberos/solus.keytab", keytab.to_str().unwrap())
+        .replace("/etc/solus/krb5/krb5.conf", krb5.to_str().unwrap());
+    // The real loader: unknown keys, a bad min_qop, or a keytab / krb5.conf
+    // that is not a readable file fail here.
+    let s = load(&toml);
+    assert_eq!(s.storage.backend, Backend::Hbase);
+    assert!(s.auth.enabled);
+}
