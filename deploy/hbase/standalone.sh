@@ -22,6 +22,27 @@
 #   deploy/hbase/standalone.sh shell DIR [FILE [ARGS...]]
 #       The HBase shell (JRuby, from the hbase-shell artifact) against that
 #       HBase: interactive, or running FILE (e.g. deploy/hbase/create-tables.hbase).
+#       Kerberized: as the principal in KRB5CCNAME (default: the KDC's
+#       DIR/krb5cc_UID, where its krb5.conf makes kinit put tickets).
+#
+# Kerberized mode (SOLUS_HBASE_KERBEROS=KDC_DIR, a realm deploy/kerberos/kdc.sh
+# started): `start` runs HBase in secure mode (core-site.xml with
+# hadoop.security.authentication=kerberos, hbase-site.xml with Kerberos
+# authentication, authorization by the AccessController and the principal
+# hbase/localhost@SOLUS.TEST from KDC_DIR/hbase.keytab) and its Thrift1 server
+# (buffered, binary; SASL GSSAPI, service principal hbase/localhost) requiring
+# SOLUS_HBASE_THRIFT_QOP. FRAMED_PORT is refused (HBase's Thrift server has no
+# SASL on the framed transport). Once ready, grants SOLUS_HBASE_GRANTS.
+#   deploy/hbase/standalone.sh thrift DIR PORT QOP
+#       One more Kerberized Thrift1 server on 127.0.0.1:PORT requiring QOP
+#       (authentication, integrity or privacy) on the Kerberized HBase already
+#       started in DIR; returns 0 once it answers. `stop DIR` stops it too.
+# Files under DIR: logs/master.log (master, region server, ZooKeeper; the
+# AccessController's audit lines name the caller, e.g. "Client=solus//127.0.0.1
+# create ..."), logs/thrift.log (the Thrift server of `start`; "Effective user:
+# solus" per SASL connection), logs/thrift-framed.log, logs/thrift-PORT.log
+# (those of `thrift`), *.pid, *.port, conf/ (hbase-site.xml, core-site.xml),
+# kerberos.kdc (the KDC_DIR of a Kerberized HBase).
 #
 # Environment:
 #   SOLUS_HBASE_CACHE          jar classpath cache (default ~/.cache/solus-hbase);
@@ -32,6 +53,13 @@
 #   SOLUS_HBASE_THRIFT_INFO_PORT  web UI port of the (buffered) Thrift server,
 #                              whose /jmx counts calls per Thrift method (default off)
 #   JAVA_HOME                  Java to use (default: java on the PATH)
+#   SOLUS_HBASE_KERBEROS       KDC_DIR of deploy/kerberos/kdc.sh: Kerberized mode (`start`)
+#   SOLUS_HBASE_THRIFT_QOP     qop of the Thrift server of `start` in Kerberized
+#                              mode: privacy (default), integrity or authentication
+#   SOLUS_HBASE_GRANTS         Kerberized mode: space-separated USER:ACTIONS[:SCOPE]
+#                              granted once ready (ACTIONS letters of RWXCA, SCOPE
+#                              @namespace or a table; none: global), default
+#                              "solus:RWXCA:@default"; "none" grants nothing
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -156,8 +184,8 @@ run_java() { # DIR HEAP PIDFILE LOG CLASS ARGS...
   nohup "$java" -Xms64m -Xmx"$h" -XX:OnOutOfMemoryError="kill -9 %p" "${jdk17_flags[@]}" \
     -Djava.util.logging.config.class=org.apache.hadoop.hbase.logging.JulToSlf4jInitializer \
     -Dlog4j.configurationFile="$dir/conf/log4j2.properties" \
-    -Dhbase.log.dir="$dir/logs" -Djava.io.tmpdir="$dir/tmp" \
-    -cp "$dir/conf:$(classpath)" "$@" >>"$log" 2>&1 </dev/null &
+    -Dhbase.log.dir="$dir/logs" -Djava.io.tmpdir="$dir/tmp" "${krb_flags[@]}" \
+    -cp "${conf_first:+$conf_first:}$dir/conf:$(classpath)" "$@" >>"$log" 2>&1 </dev/null &
   echo $! >"$pidfile"
 }
 
@@ -179,6 +207,7 @@ cmd_start() {
   [[ "$thrift_port" != "$framed_port" ]] || die "THRIFT_PORT and FRAMED_PORT must differ"
   mkdir -p "$1"
   dir="$(cd "$1" && pwd)"
+  kerberos_start_mode "$dir" "$framed_port"
   # Thrift ports first: nothing is started when one is taken by something else.
   alive "$dir/thrift.pid" || port_free "$thrift_port" || die "Thrift port $thrift_port is taken; pick another THRIFT_PORT"
   [[ -z "$framed_port" ]] || alive "$dir/thrift-framed.pid" || port_free "$framed_port" ||
@@ -203,25 +232,27 @@ cmd_start() {
       port_free "$p" || die "port $p (from $dir/hbase.ports) is taken; stop what uses it or remove $dir/hbase.ports"
     done
     write_conf "$dir" "$zk_port" "$master_port" "$rs_port"
+    kerberos_conf "$dir"
     echo "standalone.sh: starting HBase master + region server + ZooKeeper (127.0.0.1:$zk_port), data in $dir/hbase" >&2
     run_java "$dir" "$heap" "$dir/master.pid" "$dir/logs/master.log" \
       -Dproc_master org.apache.hadoop.hbase.master.HMaster start
   else
     echo "standalone.sh: HBase master already running (pid $(cat "$dir/master.pid")), left as is" >&2
   fi
-  start_thrift "$dir" "$thrift_port" thrift buffered
+  start_thrift "$dir" "$thrift_port" thrift buffered "$thrift_qop"
   [[ -z "$framed_port" ]] || start_thrift "$dir" "$framed_port" thrift-framed framed
 
-  local ready_args=("$thrift_port" buffered)
+  local ready_args=("$thrift_port" buffered "$thrift_qop")
   if ! wait_ready "$dir" "${ready_args[@]}" || { [[ -n "$framed_port" ]] && ! wait_ready "$dir" "$framed_port" framed; }; then
     tail_logs "$dir"
     cmd_stop "$dir" >&2 || true
     die "HBase did not become ready (logs in $dir/logs)"
   fi
+  [[ -z "$kdc_dir" ]] || kerberos_grants "$dir"
 }
 
-start_thrift() { # DIR PORT NAME buffered|framed
-  local dir="$1" port="$2" name="$3" transport="$4"
+start_thrift() { # DIR PORT NAME buffered|framed [QOP]
+  local dir="$1" port="$2" name="$3" transport="$4" qop="${5:-}"
   if alive "$dir/$name.pid"; then
     echo "standalone.sh: $name server already running (pid $(cat "$dir/$name.pid")), left as is" >&2
     return 0
@@ -229,24 +260,32 @@ start_thrift() { # DIR PORT NAME buffered|framed
   port_free "$port" || die "Thrift port $port is taken; pick another THRIFT_PORT"
   echo "$port" >"$dir/$name.port"
   local flags=(-p "$port" --bind 127.0.0.1)
+  # Kerberized: each server's qop in its own hbase-site.xml (first on its
+  # classpath), so one HBase serves several qops.
+  local conf_first=""
+  [[ -z "$qop" ]] || conf_first="$(kerberos_thrift_conf "$dir" "$name" "$qop")"
   [[ "$transport" == framed ]] && flags+=(-f)
   # Optional web UI of the buffered server: /jmx has its per-call counters.
   if [[ "$transport" == buffered && -n "${SOLUS_HBASE_THRIFT_INFO_PORT:-}" ]]; then
     flags+=(--infoport "$SOLUS_HBASE_THRIFT_INFO_PORT")
   fi
-  echo "standalone.sh: starting HBase Thrift1 server on 127.0.0.1:$port ($transport transport, binary protocol)" >&2
+  echo "standalone.sh: starting HBase Thrift1 server on 127.0.0.1:$port ($transport transport, binary protocol${qop:+, SASL GSSAPI qop $qop})" >&2
   run_java "$dir" "$thrift_heap" "$dir/$name.pid" "$dir/logs/$name.log" \
     -Dproc_thrift org.apache.hadoop.hbase.thrift.ThriftServer "${flags[@]}" start
 }
 
-wait_ready() { # DIR PORT TRANSPORT: the probe runs while the started processes are watched
-  local dir="$1" port="$2" transport="$3" probe name
-  "$java" -cp "$dir/conf:$(classpath)" -Dlog4j.configurationFile="$dir/conf/log4j2.properties" \
-    -Dlog4j2.level=WARN "$project/WaitReady.java" 127.0.0.1 "$port" "$transport" "$timeout_s" \
-    2> >(grep -v -E '^[0-9-]+ [0-9:,]+ (INFO|WARN) ' >&2) &
+wait_ready() { # DIR PORT TRANSPORT [QOP]: the probe runs while the started processes are watched
+  local dir="$1" port="$2" transport="$3" qop="${4:-}" probe name
+  if [[ -n "$qop" ]]; then
+    kerberos_java "$dir" ready 127.0.0.1 "$port" "$qop" "$timeout_s" "hbase/localhost@SOLUS.TEST" "$kdc_dir/hbase.keytab" &
+  else
+    "$java" -cp "$dir/conf:$(classpath)" -Dlog4j.configurationFile="$dir/conf/log4j2.properties" \
+      -Dlog4j2.level=WARN "$project/WaitReady.java" 127.0.0.1 "$port" "$transport" "$timeout_s" \
+      2> >(grep -v -E '^[0-9-]+ [0-9:,]+ (INFO|WARN) ' >&2) &
+  fi
   probe=$!
   while kill -0 "$probe" 2>/dev/null; do
-    for name in master thrift thrift-framed; do
+    for name in master thrift thrift-framed $(extra_thrift_names "$dir"); do
       if [[ -f "$dir/$name.pid" ]] && ! alive "$dir/$name.pid"; then
         kill "$probe" 2>/dev/null || true
         wait "$probe" 2>/dev/null || true
@@ -279,6 +318,10 @@ cmd_stop() {
   local dir
   dir="$(cd "$1" && pwd)"
   ls "$dir"/*.pid >/dev/null 2>&1 || echo "standalone.sh: nothing was started in $dir" >&2
+  local name
+  for name in $(extra_thrift_names "$dir"); do
+    stop_pid "$dir/$name.pid" "Thrift1 server ($name)"
+  done
   stop_pid "$dir/thrift-framed.pid" "Thrift1 server (framed)"
   stop_pid "$dir/thrift.pid" "Thrift1 server"
   stop_pid "$dir/master.pid" "HBase master"
@@ -287,7 +330,7 @@ cmd_stop() {
 cmd_status() {
   [[ $# -eq 1 ]] || usage "status takes DIR"
   local dir="$1" ok=0 name
-  for name in master thrift thrift-framed; do
+  for name in master thrift thrift-framed $(extra_thrift_names "$dir"); do
     if alive "$dir/$name.pid"; then
       echo "$name: running (pid $(cat "$dir/$name.pid"))"
     elif [[ "$name" != thrift-framed || -f "$dir/thrift-framed.port" ]]; then
@@ -305,6 +348,7 @@ cmd_shell() {
   [[ -f "$dir/conf/hbase-site.xml" ]] || die "$dir has no HBase started by this script (run start first)"
   alive "$dir/master.pid" || die "the HBase in $dir is not running (run: $0 start $dir THRIFT_PORT)"
   need_tools
+  kerberos_client_mode "$dir"
   # The shell runs on its own 2.4.17 classpath (see standalone/shell/pom.xml),
   # JRuby first as bin/hbase puts it. HBase 2.4 logs through log4j 1.
   local cp jruby
@@ -316,13 +360,166 @@ cmd_shell() {
     'log4j.appender.console.layout.ConversionPattern=%d{ISO8601} %-5p %c{2}: %m%n' \
     'log4j.logger.org.apache.zookeeper=ERROR' 'log4j.logger.org.apache.hadoop=ERROR' >"$dir/conf/log4j-shell.properties"
   # The shell's entry point in the hbase-shell jar (bin/hbase shell runs the same).
-  "$java" -Xmx256m "${jdk17_flags[@]}" --add-opens java.base/java.io=ALL-UNNAMED \
+  "$java" -Xmx256m "${jdk17_flags[@]}" "${krb_flags[@]}" --add-opens java.base/java.io=ALL-UNNAMED \
     -Dlog4j.configuration="file:$dir/conf/log4j-shell.properties" \
     -cp "$jruby:$dir/conf:$cp" org.jruby.JarBootstrapMain "$@"
 }
 
+# ---- Kerberized mode (SOLUS_HBASE_KERBEROS); nothing here runs in plain mode.
+kdc_dir=""      # the KDC_DIR of a Kerberized HBase, empty in plain mode
+krb_flags=()    # the JVMs' Kerberos flags (-Djava.security.krb5.conf)
+thrift_qop=""   # qop of the Thrift server of `start`, empty in plain mode
+
+valid_qop() { [[ "$1" == privacy || "$1" == integrity || "$1" == authentication ]]; }
+
+use_kdc() { # KDC_DIR
+  [[ -d "$1" ]] || die "no such KDC directory: $1 (start one: deploy/kerberos/kdc.sh start $1)"
+  kdc_dir="$(cd "$1" && pwd)"
+  local f
+  for f in krb5.conf hbase.keytab; do
+    [[ -f "$kdc_dir/$f" ]] || die "$kdc_dir/$f is missing: is $kdc_dir a realm of deploy/kerberos/kdc.sh?"
+  done
+  krb_flags=(-Djava.security.krb5.conf="$kdc_dir/krb5.conf")
+}
+
+# `start`: Kerberized or plain, as the environment says; an HBase already
+# running on DIR must be in that same mode.
+kerberos_start_mode() { # DIR FRAMED_PORT
+  local dir="$1" framed_port="$2" was=""
+  [[ -f "$dir/kerberos.kdc" ]] && was="$(cat "$dir/kerberos.kdc")"
+  if [[ -n "${SOLUS_HBASE_KERBEROS:-}" ]]; then
+    use_kdc "$SOLUS_HBASE_KERBEROS"
+    thrift_qop="${SOLUS_HBASE_THRIFT_QOP:-privacy}"
+    valid_qop "$thrift_qop" ||
+      die "SOLUS_HBASE_THRIFT_QOP must be privacy, integrity or authentication, got '$thrift_qop'"
+    [[ -z "$framed_port" ]] ||
+      die "FRAMED_PORT with SOLUS_HBASE_KERBEROS: HBase's Thrift server supports SASL on the buffered transport only"
+    if alive "$dir/master.pid" && [[ "$was" != "$kdc_dir" ]]; then
+      die "the HBase running in $dir is not Kerberized with $kdc_dir; stop it first"
+    fi
+  else
+    if alive "$dir/master.pid" && [[ -n "$was" ]]; then
+      die "the HBase running in $dir is Kerberized (KDC $was); set SOLUS_HBASE_KERBEROS=$was or stop it first"
+    fi
+  fi
+}
+
+# Commands on a started HBase (`thrift`, `shell`): its mode from DIR.
+kerberos_client_mode() { # DIR
+  [[ -f "$1/kerberos.kdc" ]] || return 0
+  use_kdc "$(cat "$1/kerberos.kdc")"
+  # The KDC's krb5.conf sends kinit's tickets there; Java reads KRB5CCNAME.
+  export KRB5CCNAME="${KRB5CCNAME:-FILE:$kdc_dir/krb5cc_$(id -u)}"
+}
+
+prop() { printf '  <property><name>%s</name><value>%s</value></property>\n' "$1" "$2"; }
+
+# After write_conf: the secure settings (or, in plain mode, none left over).
+kerberos_conf() { # DIR
+  local dir="$1" site="$1/conf/hbase-site.xml"
+  if [[ -z "$kdc_dir" ]]; then
+    rm -f "$dir/conf/core-site.xml" "$dir/kerberos.kdc"
+    return 0
+  fi
+  local principal="hbase/localhost@SOLUS.TEST" keytab="$kdc_dir/hbase.keytab"
+  local ac=org.apache.hadoop.hbase.security.access.AccessController
+  # Hadoop reads this from core-site.xml only: in hbase-site.xml alone HBase
+  # runs as root (auth:SIMPLE) and the Thrift server refuses the qop.
+  {
+    echo '<?xml version="1.0"?>'
+    echo '<configuration>'
+    prop hadoop.security.authentication kerberos
+    # The Thrift servers (hbase) act for their SASL callers.
+    prop hadoop.proxyuser.hbase.hosts '*'
+    prop hadoop.proxyuser.hbase.groups '*'
+    echo '</configuration>'
+  } >"$dir/conf/core-site.xml"
+  local extra
+  extra="$(
+    echo '  <!-- Kerberized mode (SOLUS_HBASE_KERBEROS). -->'
+    prop hbase.security.authentication kerberos
+    prop hbase.security.authorization true
+    prop hbase.coprocessor.master.classes "$ac"
+    prop hbase.coprocessor.region.classes "$ac"
+    prop hbase.coprocessor.regionserver.classes "$ac"
+    prop hbase.master.kerberos.principal "$principal"
+    prop hbase.master.keytab.file "$keytab"
+    prop hbase.regionserver.kerberos.principal "$principal"
+    prop hbase.regionserver.keytab.file "$keytab"
+    prop hbase.thrift.kerberos.principal "$principal"
+    prop hbase.thrift.keytab.file "$keytab"
+    # Without a qop a Kerberized Thrift server lets anyone in, as itself.
+    prop hbase.thrift.security.qop "$thrift_qop"
+  )"
+  # Before write_conf's closing tag.
+  sed -i '/^<\/configuration>$/d' "$site"
+  printf '%s\n</configuration>\n' "$extra" >>"$site"
+  echo "$kdc_dir" >"$dir/kerberos.kdc"
+}
+
+kerberos_java() { # DIR ARGS...: KerberosProbe.java on HBase's classpath
+  local dir="$1"; shift
+  # The libraries' own logging off: the probe prints its last error itself.
+  printf '%s\n' 'status = error' 'rootLogger = OFF' >"$dir/conf/log4j2-quiet.properties"
+  "$java" "${jdk17_flags[@]}" -cp "$dir/conf:$(classpath)" \
+    -Dlog4j.configurationFile="$dir/conf/log4j2-quiet.properties" \
+    "${krb_flags[@]}" "$project/KerberosProbe.java" "$@"
+}
+
+kerberos_grants() { # DIR
+  local dir="$1" g user actions scope
+  local grants="${SOLUS_HBASE_GRANTS-solus:RWXCA:@default}"
+  [[ "$grants" != none ]] || return 0
+  for g in $grants; do
+    IFS=: read -r user actions scope <<<"$g"
+    [[ -n "$user" && "$actions" =~ ^[RWXCA]+$ ]] ||
+      die "SOLUS_HBASE_GRANTS entries are USER:ACTIONS[:SCOPE] with ACTIONS letters of RWXCA, got '$g'"
+    kerberos_java "$dir" grant "$timeout_s" "hbase/localhost@SOLUS.TEST" "$kdc_dir/hbase.keytab" \
+      "$user" "$actions" ${scope:+"$scope"} >&2 || die "granting '$g' failed (logs in $dir/logs)"
+  done
+}
+
+# A copy of hbase-site.xml requiring QOP, in DIR/conf-NAME; prints that directory.
+kerberos_thrift_conf() { # DIR NAME QOP
+  local out="$1/conf-$2"
+  mkdir -p "$out"
+  sed -E "s|(<name>hbase.thrift.security.qop</name><value>)[a-z]*(</value>)|\1$3\2|" \
+    "$1/conf/hbase-site.xml" >"$out/hbase-site.xml"
+  grep -q "<value>$3</value>" "$out/hbase-site.xml" || die "could not set the qop in $out/hbase-site.xml"
+  echo "$out"
+}
+
+# Names of the pid files of `thrift` servers (thrift-PORT).
+extra_thrift_names() { # DIR
+  local f
+  for f in "$1"/thrift-[0-9]*.pid; do
+    [[ -f "$f" ]] && basename "$f" .pid
+  done
+  return 0
+}
+
+cmd_thrift() {
+  [[ $# -eq 3 ]] || usage "thrift takes DIR PORT QOP"
+  [[ -d "$1" ]] || die "no such directory: $1"
+  local dir port="$2" qop="$3"
+  dir="$(cd "$1" && pwd)"
+  valid_port "$port" || die "PORT must be a port number from 1 to 65535, got '$port'"
+  valid_qop "$qop" || die "QOP must be privacy, integrity or authentication, got '$qop'"
+  [[ -f "$dir/kerberos.kdc" ]] || die "$dir has no Kerberized HBase (start one with SOLUS_HBASE_KERBEROS=KDC_DIR)"
+  alive "$dir/master.pid" || die "the HBase in $dir is not running"
+  need_tools
+  kerberos_client_mode "$dir"
+  start_thrift "$dir" "$port" "thrift-$port" buffered "$qop"
+  if ! wait_ready "$dir" "$port" buffered "$qop"; then
+    tail -n 40 "$dir/logs/thrift-$port.log" >&2 || true
+    stop_pid "$dir/thrift-$port.pid" "Thrift1 server (thrift-$port)"
+    die "the Thrift1 server on port $port did not become ready (log: $dir/logs/thrift-$port.log)"
+  fi
+}
+
 case "${1:-}" in
   start) shift; cmd_start "$@" ;;
+  thrift) shift; cmd_thrift "$@" ;;
   stop) shift; cmd_stop "$@" ;;
   status) shift; cmd_status "$@" ;;
   shell) shift; cmd_shell "$@" ;;
