@@ -402,20 +402,24 @@ async fn requests_of_a_mebibyte_and_more_under_privacy() {
     let recorder = Recorder::start(&realm.thrift[&Qop::Privacy]);
     let mut settings = realm.settings(Qop::Privacy, "solus.keytab");
     settings.storage.table = unique("large");
+    settings.limits.max_entities_per_request = 20_000;
     let h = &mut settings.storage.hbase;
     h.addresses = vec![recorder.addr.to_string()];
+    // One connection (the recorder parses one byte stream); split calls wait for it.
     h.pool_size = 1;
+    h.connect_timeout_ms = 60_000;
     h.max_request_bytes = 4 << 20;
     h.max_cells_per_read = 1 << 20;
     let s = TestServer::start_with(settings).await;
+    let client = unique("big");
     s.admin()
-        .create_deduper(create_geom("big", "d", 7, 1, 1 << 24, 3600))
+        .create_deduper(create_geom(&client, "d", 7, 1, 1 << 24, 3600))
         .await
         .unwrap();
     let owned: Vec<String> = (0..20_000).map(|i| format!("entity-{i}")).collect();
     let entities: Vec<&str> = owned.iter().map(String::as_str).collect();
-    assert_eq!(add(&s, "big", "d", &entities, 0).await, 20_000);
-    let answers = absent(&s, "big", "d", &entities).await;
+    assert_eq!(add(&s, &client, "d", &entities, 0).await, 20_000);
+    let answers = absent(&s, &client, "d", &entities).await;
     assert!(answers.iter().all(|a| !a), "an added entity answered absent");
     let largest = recorder.client_frames().into_iter().max().unwrap();
     assert!(largest >= 1 << 20, "largest frame {largest} bytes");
