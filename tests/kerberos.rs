@@ -112,7 +112,10 @@ impl Realm {
         }
         let dir = std::env::temp_dir().join(format!("solus-kerberos-{}", std::process::id()));
         let (kdc, hbase) = (dir.join("kdc"), dir.join("hbase"));
-        eprintln!("starting a KDC and a Kerberized HBase for these tests in {}", dir.display());
+        eprintln!(
+            "starting a KDC and a Kerberized HBase for these tests in {}",
+            dir.display()
+        );
         run(Command::new(script("deploy/kerberos/kdc.sh")).arg("start").arg(&kdc));
         // Stop both when this process exits, however it exits.
         let watchdog = format!(
@@ -220,7 +223,9 @@ impl Recorder {
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { return };
-                let Ok(server) = TcpStream::connect(&target) else { continue };
+                let Ok(server) = TcpStream::connect(&target) else {
+                    continue;
+                };
                 let pipe = |mut from: TcpStream, mut to: TcpStream, log: Arc<Mutex<Vec<u8>>>| {
                     std::thread::spawn(move || {
                         let mut buf = vec![0u8; 65536];
@@ -297,7 +302,10 @@ fn kerberos_with_the_framed_transport_is_refused_at_start_up() {
     )
     .unwrap();
     let e = Settings::load(Some(&file)).err().unwrap().to_string();
-    assert!(e.contains("storage.hbase.kerberos.enabled") && e.contains("buffered"), "{e}");
+    assert!(
+        e.contains("storage.hbase.kerberos.enabled") && e.contains("buffered"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -340,7 +348,10 @@ fn without_credentials_the_error_carries_the_gssapi_reason() {
     c.kerberos.ticket_cache = "FILE:/nonexistent/krb5cc_solus".into();
     let e = ping(c, &unique("nocred")).unwrap_err();
     assert!(e.contains("storage.hbase.kerberos.ticket_cache"), "{e}");
-    assert!(e.contains("GSSAPI major") && e.contains("/nonexistent/krb5cc_solus"), "{e}");
+    assert!(
+        e.contains("GSSAPI major") && e.contains("/nonexistent/krb5cc_solus"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -350,7 +361,10 @@ fn a_wrong_server_host_names_the_principal_and_the_setting() {
     c.kerberos.server_host = "nohost".into();
     let e = ping(c, &unique("wronghost")).unwrap_err();
     assert!(e.contains("not found in Kerberos database"), "{e}");
-    assert!(e.contains("hbase/nohost") && e.contains("storage.hbase.kerberos.server_host"), "{e}");
+    assert!(
+        e.contains("hbase/nohost") && e.contains("storage.hbase.kerberos.server_host"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -383,7 +397,11 @@ fn each_qop_works_and_a_weaker_server_is_refused_never_downgraded() {
 #[test]
 fn privacy_hides_a_marker_on_the_wire_and_authentication_shows_it() {
     let realm = realm!();
-    for (qop, visible) in [(Qop::Privacy, false), (Qop::Integrity, true), (Qop::Authentication, true)] {
+    for (qop, visible) in [
+        (Qop::Privacy, false),
+        (Qop::Integrity, true),
+        (Qop::Authentication, true),
+    ] {
         let recorder = Recorder::start(&realm.thrift[&qop]);
         let mut c = realm.config(qop, "solus.keytab");
         c.addresses = vec![recorder.addr.to_string()];
@@ -391,7 +409,10 @@ fn privacy_hides_a_marker_on_the_wire_and_authentication_shows_it() {
         let marker = unique("marker");
         ping(c, &marker).unwrap_or_else(|e| panic!("{qop:?}: {e}"));
         assert_eq!(recorder.seen(marker.as_bytes()), visible, "{qop:?}");
-        assert!(!recorder.client_frames().is_empty(), "{qop:?}: no frame after negotiation");
+        assert!(
+            !recorder.client_frames().is_empty(),
+            "{qop:?}: no frame after negotiation"
+        );
     }
 }
 
@@ -454,7 +475,9 @@ async fn short_tickets_are_renewed_without_a_restart() {
     c.max_connection_age_seconds = 4;
     c.pool_size = 2;
     let table = unique("short");
-    let store = tokio::task::spawn_blocking(move || open(c, &table).unwrap()).await.unwrap();
+    let store = tokio::task::spawn_blocking(move || open(c, &table).unwrap())
+        .await
+        .unwrap();
     let store = Arc::new(store);
     let started = Instant::now();
     let mut pings = 0;

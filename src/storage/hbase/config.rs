@@ -239,10 +239,12 @@ impl HbaseConfig {
         let k = &self.kerberos;
         if k.enabled {
             if self.transport == Transport::Framed {
-                return Err("storage.hbase.kerberos.enabled needs storage.hbase.transport = \"buffered\": \
+                return Err(
+                    "storage.hbase.kerberos.enabled needs storage.hbase.transport = \"buffered\": \
                             HBase's Thrift server supports SASL on the buffered transport only (with framed \
                             and a qop it refuses to start)"
-                    .into());
+                        .into(),
+                );
             }
             if k.service.trim().is_empty() {
                 return Err("storage.hbase.kerberos.service must not be empty (HBase's is \"hbase\")".into());
@@ -251,13 +253,18 @@ impl HbaseConfig {
                 return Err("storage.hbase.kerberos.library must not be empty (default libgssapi_krb5.so.2)".into());
             }
             if !k.keytab.is_empty() && !k.ticket_cache.is_empty() {
-                return Err("storage.hbase.kerberos.keytab and ticket_cache are exclusive: with a keytab, tickets \
+                return Err(
+                    "storage.hbase.kerberos.keytab and ticket_cache are exclusive: with a keytab, tickets \
                             go to a private MEMORY: cache"
-                    .into());
+                        .into(),
+                );
             }
             if !k.keytab.is_empty() {
                 if let Err(e) = std::fs::File::open(&k.keytab) {
-                    return Err(format!("storage.hbase.kerberos.keytab = {:?} cannot be read: {e}", k.keytab));
+                    return Err(format!(
+                        "storage.hbase.kerberos.keytab = {:?} cannot be read: {e}",
+                        k.keytab
+                    ));
                 }
             }
             for (key, path) in [("krb5_config", &k.krb5_config)] {
@@ -309,12 +316,18 @@ mod tests {
             c.kerberos.enabled = true;
             c.transport = Transport::Framed;
         });
-        assert!(framed.contains("kerberos.enabled") && framed.contains("buffered transport only"), "{framed}");
+        assert!(
+            framed.contains("kerberos.enabled") && framed.contains("buffered transport only"),
+            "{framed}"
+        );
         let keytab = bad(|c| {
             c.kerberos.enabled = true;
             c.kerberos.keytab = "/nonexistent/solus.keytab".into();
         });
-        assert!(keytab.contains("storage.hbase.kerberos.keytab") && keytab.contains("/nonexistent"), "{keytab}");
+        assert!(
+            keytab.contains("storage.hbase.kerberos.keytab") && keytab.contains("/nonexistent"),
+            "{keytab}"
+        );
         // Off, the Kerberos settings are not looked at.
         let mut off = HbaseConfig::default();
         off.kerberos.keytab = "/nonexistent/solus.keytab".into();

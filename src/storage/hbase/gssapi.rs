@@ -258,7 +258,9 @@ impl Gss {
     }
 
     fn take(&self, b: &mut Buffer) -> String {
-        String::from_utf8_lossy(&self.take_bytes(b)).trim_end_matches('\0').to_string()
+        String::from_utf8_lossy(&self.take_bytes(b))
+            .trim_end_matches('\0')
+            .to_string()
     }
 
     fn import(&self, text: &str, kind: &'static [u8]) -> Result<OwnedName, GssError> {
@@ -269,7 +271,10 @@ impl Gss {
         if major & GSS_ERROR_MASK != 0 {
             return Err(self.error("gss_import_name", major, minor));
         }
-        Ok(OwnedName { gss: self.clone(), name })
+        Ok(OwnedName {
+            gss: self.clone(),
+            name,
+        })
     }
 
     /// Acquires initiator credentials from `source` (`gss_acquire_cred_from`).
@@ -323,7 +328,10 @@ impl Gss {
         if major & GSS_ERROR_MASK != 0 {
             return Err(self.error("gss_acquire_cred_from", major, minor));
         }
-        Ok(Credential(Arc::new(CredInner { gss: self.clone(), cred })))
+        Ok(Credential(Arc::new(CredInner {
+            gss: self.clone(),
+            cred,
+        })))
     }
 
     /// A client context for the service `service@host` (the Kerberos
@@ -463,8 +471,16 @@ impl Context {
     pub fn unwrap(&mut self, data: &[u8]) -> Result<(Vec<u8>, bool), GssError> {
         let (mut minor, mut out, mut conf_state, mut qop) = (0u32, Buffer::empty(), 0, 0u32);
         // SAFETY: valid pointers; `out` is taken below.
-        let major =
-            unsafe { (self.gss.0.unwrap)(&mut minor, self.ctx, &Buffer::of(data), &mut out, &mut conf_state, &mut qop) };
+        let major = unsafe {
+            (self.gss.0.unwrap)(
+                &mut minor,
+                self.ctx,
+                &Buffer::of(data),
+                &mut out,
+                &mut conf_state,
+                &mut qop,
+            )
+        };
         let bytes = self.gss.take_bytes(&mut out);
         if major & GSS_ERROR_MASK != 0 {
             return Err(self.gss.error("gss_unwrap", major, minor));

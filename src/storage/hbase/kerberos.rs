@@ -113,11 +113,12 @@ impl Kerberos {
         if !k.keytab.is_empty() {
             format!("{principal} from storage.hbase.kerberos.keytab = {:?}", k.keytab)
         } else if !k.ticket_cache.is_empty() {
-            format!("{principal} from storage.hbase.kerberos.ticket_cache = {:?}", k.ticket_cache)
-        } else {
             format!(
-                "{principal} from the default ticket cache (no storage.hbase.kerberos.keytab or ticket_cache set)"
+                "{principal} from storage.hbase.kerberos.ticket_cache = {:?}",
+                k.ticket_cache
             )
+        } else {
+            format!("{principal} from the default ticket cache (no storage.hbase.kerberos.keytab or ticket_cache set)")
         }
     }
 
@@ -139,9 +140,12 @@ impl Kerberos {
             ))
         })?;
         let host = self.server_host(address);
-        self.gss
-            .context(&credential, &self.config.service, host)
-            .map_err(|e| io::Error::other(format!("Kerberos: bad server principal {}/{host}: {e}", self.config.service)))
+        self.gss.context(&credential, &self.config.service, host).map_err(|e| {
+            io::Error::other(format!(
+                "Kerberos: bad server principal {}/{host}: {e}",
+                self.config.service
+            ))
+        })
     }
 
     /// Authenticates the connection `stream` to `peer` (configured as
@@ -172,9 +176,7 @@ impl Kerberos {
         let host = self.server_host(address);
         let service = &self.config.service;
         let m = match e {
-            NegotiationError::Io(e)
-                if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) =>
-            {
+            NegotiationError::Io(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
                 format!(
                     "{at} did not answer SASL negotiation within {} ms: does it set hbase.thrift.security.qop? \
                      (storage.hbase.kerberos.enabled = true expects a Kerberized Thrift server; a plain one \
@@ -194,7 +196,10 @@ impl Kerberos {
                          (and service) to the host of the server's principal"
                     )
                 } else if m.contains("No Kerberos credentials") || m.contains("expired") {
-                    format!(": {}", "check storage.hbase.kerberos.keytab / principal, or the ticket cache's tickets")
+                    format!(
+                        ": {}",
+                        "check storage.hbase.kerberos.keytab / principal, or the ticket cache's tickets"
+                    )
                 } else {
                     String::new()
                 };
@@ -213,14 +218,18 @@ impl Kerberos {
                     "{at} offers the security layer {} only, and storage.hbase.kerberos.min_qop = {} refuses \
                      anything weaker (never downgraded): set hbase.thrift.security.qop = {} on the server, or \
                      lower min_qop",
-                    if names.is_empty() { "none".to_string() } else { names.join(", ") },
+                    if names.is_empty() {
+                        "none".to_string()
+                    } else {
+                        names.join(", ")
+                    },
                     min.name(),
                     min.name()
                 )
             }
-            NegotiationError::Protocol(m) => format!(
-                "{at} does not speak Thrift's SASL protocol ({m}): does it set hbase.thrift.security.qop?"
-            ),
+            NegotiationError::Protocol(m) => {
+                format!("{at} does not speak Thrift's SASL protocol ({m}): does it set hbase.thrift.security.qop?")
+            }
         };
         io::Error::new(io::ErrorKind::PermissionDenied, m)
     }

@@ -17,8 +17,8 @@
 
 use std::io;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -243,25 +243,24 @@ impl Manager {
             return Ok(self.conn(input, output, socket, addr));
         }
         let (r, w) = TTcpChannel::with_stream(stream).split().map_err(io::Error::other)?;
-        let (input, output): Halves =
-            match (c.transport, c.protocol) {
-                (Transport::Buffered, Protocol::Binary) => (
-                    Box::new(TBinaryInputProtocol::new(TBufferedReadTransport::new(r), true)),
-                    Box::new(TBinaryOutputProtocol::new(TBufferedWriteTransport::new(w), true)),
-                ),
-                (Transport::Framed, Protocol::Binary) => (
-                    Box::new(TBinaryInputProtocol::new(TFramedReadTransport::new(r), true)),
-                    Box::new(TBinaryOutputProtocol::new(TFramedWriteTransport::new(w), true)),
-                ),
-                (Transport::Buffered, Protocol::Compact) => (
-                    Box::new(TCompactInputProtocol::new(TBufferedReadTransport::new(r))),
-                    Box::new(TCompactOutputProtocol::new(TBufferedWriteTransport::new(w))),
-                ),
-                (Transport::Framed, Protocol::Compact) => (
-                    Box::new(TCompactInputProtocol::new(TFramedReadTransport::new(r))),
-                    Box::new(TCompactOutputProtocol::new(TFramedWriteTransport::new(w))),
-                ),
-            };
+        let (input, output): Halves = match (c.transport, c.protocol) {
+            (Transport::Buffered, Protocol::Binary) => (
+                Box::new(TBinaryInputProtocol::new(TBufferedReadTransport::new(r), true)),
+                Box::new(TBinaryOutputProtocol::new(TBufferedWriteTransport::new(w), true)),
+            ),
+            (Transport::Framed, Protocol::Binary) => (
+                Box::new(TBinaryInputProtocol::new(TFramedReadTransport::new(r), true)),
+                Box::new(TBinaryOutputProtocol::new(TFramedWriteTransport::new(w), true)),
+            ),
+            (Transport::Buffered, Protocol::Compact) => (
+                Box::new(TCompactInputProtocol::new(TBufferedReadTransport::new(r))),
+                Box::new(TCompactOutputProtocol::new(TBufferedWriteTransport::new(w))),
+            ),
+            (Transport::Framed, Protocol::Compact) => (
+                Box::new(TCompactInputProtocol::new(TFramedReadTransport::new(r))),
+                Box::new(TCompactOutputProtocol::new(TFramedWriteTransport::new(w))),
+            ),
+        };
         Ok(self.conn(input, output, socket, addr))
     }
 
@@ -390,8 +389,8 @@ impl Pool {
     pub fn new(config: &HbaseConfig, kerberos: Option<Arc<Kerberos>>) -> Pool {
         let down = Arc::new(Mutex::new(None));
         let generation = Arc::new(AtomicU64::new(0));
-        let max_age = (config.max_connection_age_seconds > 0)
-            .then(|| Duration::from_secs(config.max_connection_age_seconds));
+        let max_age =
+            (config.max_connection_age_seconds > 0).then(|| Duration::from_secs(config.max_connection_age_seconds));
         let has_kerberos = kerberos.is_some();
         let manager = Manager {
             config: config.clone(),

@@ -409,8 +409,12 @@ mod tests {
         assert_eq!(choose(0x07, Qop::Authentication).unwrap(), Qop::Privacy);
         assert_eq!(choose(0x03, Qop::Integrity).unwrap(), Qop::Integrity);
         assert_eq!(choose(0x01, Qop::Authentication).unwrap(), Qop::Authentication);
-        for (mask, min) in [(0x01, Qop::Privacy), (0x02, Qop::Privacy), (0x01, Qop::Integrity), (0, Qop::Authentication)]
-        {
+        for (mask, min) in [
+            (0x01, Qop::Privacy),
+            (0x02, Qop::Privacy),
+            (0x01, Qop::Integrity),
+            (0, Qop::Authentication),
+        ] {
             match choose(mask, min) {
                 Err(NegotiationError::Qop { offered: o, min: m }) => {
                     assert_eq!((o, m), (offered(mask), min));
@@ -460,7 +464,11 @@ mod tests {
 
     #[test]
     fn each_flush_is_one_length_prefixed_wrapped_frame() {
-        for (qop, conf) in [(Qop::Privacy, Some(1u8)), (Qop::Integrity, Some(0)), (Qop::Authentication, None)] {
+        for (qop, conf) in [
+            (Qop::Privacy, Some(1u8)),
+            (Qop::Integrity, Some(0)),
+            (Qop::Authentication, None),
+        ] {
             let mut w = SaslWriter::new(Vec::new(), layer(qop));
             w.write_all(b"ab").unwrap();
             w.write_all(b"c").unwrap();
