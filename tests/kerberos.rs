@@ -206,18 +206,21 @@ macro_rules! realm {
     };
 }
 
+/// Bytes recorded in one direction.
+type Log = Arc<Mutex<Vec<u8>>>;
+
 /// A TCP proxy to `target` recording both directions (client to server first).
 struct Recorder {
     addr: SocketAddr,
-    up: Arc<Mutex<Vec<u8>>>,
-    down: Arc<Mutex<Vec<u8>>>,
+    up: Log,
+    down: Log,
 }
 
 impl Recorder {
     fn start(target: &str) -> Recorder {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
-        let (up, down): (Arc<Mutex<Vec<u8>>>, Arc<Mutex<Vec<u8>>>) = (Arc::default(), Arc::default());
+        let (up, down): (Log, Log) = (Arc::default(), Arc::default());
         let (u, d) = (Arc::clone(&up), Arc::clone(&down));
         let target = target.to_string();
         std::thread::spawn(move || {
@@ -226,7 +229,7 @@ impl Recorder {
                 let Ok(server) = TcpStream::connect(&target) else {
                     continue;
                 };
-                let pipe = |mut from: TcpStream, mut to: TcpStream, log: Arc<Mutex<Vec<u8>>>| {
+                let pipe = |mut from: TcpStream, mut to: TcpStream, log: Log| {
                     std::thread::spawn(move || {
                         let mut buf = vec![0u8; 65536];
                         while let Ok(n) = from.read(&mut buf) {
