@@ -133,7 +133,7 @@ impl HbaseStore {
             Ok(_) => store.tables.ensure_data(&store.pool)?,
             Err(e) => tracing::warn!(
                 error = %e.into_storage("getTableNames"),
-                "HBase unreachable at start-up; serving NOT_SERVING until it answers"
+                "HBase unreachable (or refusing this client: see the error) at start-up; serving NOT_SERVING until it answers"
             ),
         }
         Ok(store)
