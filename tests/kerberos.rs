@@ -478,6 +478,15 @@ async fn short_tickets_are_renewed_without_a_restart() {
     c.max_connection_age_seconds = 4;
     c.pool_size = 2;
     let table = unique("short");
+    // The KDC logs every ticket it issues: new ones must come from the keytab.
+    let issued = || {
+        std::fs::read_to_string(realm.kdc.join("kdc.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("AS_REQ") && l.contains("ISSUE") && l.contains("solus-short/"))
+            .count()
+    };
+    let before = issued();
     let store = tokio::task::spawn_blocking(move || open(c, &table).unwrap())
         .await
         .unwrap();
@@ -494,4 +503,6 @@ async fn short_tickets_are_renewed_without_a_restart() {
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     assert!(pings >= 15, "{pings}");
+    // 50 s of 20 s tickets: at least two more fetched without kinit.
+    assert!(issued() >= before + 3, "tickets issued: {before} before, {} after", issued());
 }
