@@ -15,7 +15,11 @@ For every kustomization directory under deploy/k8s:
      Secrets and their keys exist, probe and Service ports exist, the Solus
      config inside the ConfigMap parses as TOML, listens on all interfaces on
      the probed ports, names mounted files for --config and auth.tokens_file,
-     and the grace period outlasts server.drain_timeout_ms.
+     and the grace period outlasts server.drain_timeout_ms; env valueFrom /
+     envFrom and volume `items` name existing ConfigMaps/Secrets and keys;
+     with storage.hbase.kerberos.enabled, the keytab is a key of a Secret
+     mounted read-only there, krb5_config a key of a mounted ConfigMap or
+     Secret, the transport buffered and min_qop a known layer.
 Also: every YAML file under deploy/k8s belongs to some kustomization.
 
 Exit status 0 when everything passes, 1 otherwise; one line per problem.
@@ -185,7 +189,13 @@ def cross_check(where: str, docs: list[dict]) -> None:
                 ref = ("Secret", v["secret"]["secretName"], v["secret"])
             if ref and not ref[2].get("optional") and ref[1] not in (configmaps if ref[0] == "ConfigMap" else secrets):
                 problem(where, f"{wn}: volume {v['name']!r} refers to missing {ref[0]} {ref[1]!r}")
+            elif ref and ref[1] in (configmaps if ref[0] == "ConfigMap" else secrets):
+                obj = (configmaps if ref[0] == "ConfigMap" else secrets)[ref[1]]
+                for item in ref[2].get("items", []):
+                    if item["key"] not in data_keys(obj):
+                        problem(where, f"{wn}: volume {v['name']!r} item {item['key']!r} is not a key of {ref[0]} {ref[1]!r}")
         for c in pod.get("containers", []):
+            check_env_refs(where, wn, c, configmaps, secrets)
             ports = {p.get("name"): p["containerPort"] for p in c.get("ports", [])}
             for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
                 grpc = (c.get(probe) or {}).get("grpc")
@@ -211,6 +221,67 @@ def cross_check(where: str, docs: list[dict]) -> None:
             problem(where, f"{name_of(pdb)}: selector matches no pod template here")
 
 
+def check_env_refs(where, wn, c, configmaps, secrets) -> None:
+    """env valueFrom and envFrom name existing ConfigMaps/Secrets (and keys)."""
+    for e in c.get("env", []):
+        src = e.get("valueFrom") or {}
+        for field, kind, pool in (("configMapKeyRef", "ConfigMap", configmaps), ("secretKeyRef", "Secret", secrets)):
+            ref = src.get(field)
+            if not ref or ref.get("optional"):
+                continue
+            if ref["name"] not in pool:
+                problem(where, f"{wn}: env {e['name']} refers to missing {kind} {ref['name']!r}")
+            elif ref["key"] not in data_keys(pool[ref["name"]]):
+                problem(where, f"{wn}: env {e['name']}: {ref['key']!r} is not a key of {kind} {ref['name']!r}")
+    for e in c.get("envFrom", []):
+        for field, kind, pool in (("configMapRef", "ConfigMap", configmaps), ("secretRef", "Secret", secrets)):
+            ref = e.get(field)
+            if ref and not ref.get("optional") and ref["name"] not in pool:
+                problem(where, f"{wn}: envFrom refers to missing {kind} {ref['name']!r}")
+
+
+def mount_of(container: dict, path: str) -> dict | None:
+    for m in container.get("volumeMounts", []):
+        if posixpath.dirname(path) == m["mountPath"].rstrip("/") and "subPath" not in m:
+            return m
+    return None
+
+
+def check_kerberos(where, wn, cfg, env, pod, c, configmaps, secrets) -> None:
+    """[storage.hbase.kerberos]: what a pod needs for it to work at all."""
+    hbase = cfg.get("storage", {}).get("hbase", {})
+    k = hbase.get("kerberos", {})
+    prefix = "SOLUS__STORAGE__HBASE__KERBEROS__"
+
+    def setting(key, default=""):
+        return env.get(prefix + key.upper()) or k.get(key, default)
+
+    enabled = setting("enabled", False)
+    if str(enabled).lower() != "true":
+        return
+    transport = env.get("SOLUS__STORAGE__HBASE__TRANSPORT") or hbase.get("transport", "buffered")
+    if transport != "buffered":
+        problem(where, f"{wn}: storage.hbase.kerberos needs transport = \"buffered\" (HBase has no SASL on framed), got {transport!r}")
+    qop = setting("min_qop", "privacy")
+    if qop not in ("authentication", "integrity", "privacy"):
+        problem(where, f"{wn}: storage.hbase.kerberos.min_qop {qop!r} is not authentication, integrity or privacy")
+    keytab, ticket_cache = setting("keytab"), setting("ticket_cache")
+    if not keytab and not ticket_cache:
+        problem(where, f"{wn}: storage.hbase.kerberos has neither keytab nor ticket_cache: a pod has no other credentials")
+    if keytab:
+        src = mount_source(pod, c, keytab)
+        if not src or src[0] != "Secret" or src[1] not in secrets or src[2] not in data_keys(secrets[src[1]]):
+            problem(where, f"{wn}: storage.hbase.kerberos.keytab {keytab} is not a key of a Secret mounted there")
+        elif not (mount_of(c, keytab) or {}).get("readOnly"):
+            problem(where, f"{wn}: the keytab's mount {posixpath.dirname(keytab)} is not readOnly")
+    krb5 = setting("krb5_config")
+    if krb5:
+        src = mount_source(pod, c, krb5)
+        pool = configmaps if src and src[0] == "ConfigMap" else secrets
+        if not src or src[1] not in pool or src[2] not in data_keys(pool[src[1]]):
+            problem(where, f"{wn}: storage.hbase.kerberos.krb5_config {krb5} is not a key of a ConfigMap or Secret mounted there")
+
+
 def check_solus_config(where, w, pod, c, ports, configmaps, secrets) -> None:
     wn = name_of(w)
     args = c.get("args", [])
@@ -227,6 +298,7 @@ def check_solus_config(where, w, pod, c, ports, configmaps, secrets) -> None:
         problem(where, f"ConfigMap/{src[1]} {src[2]}: not valid TOML: {e}")
         return
     env = {e["name"]: e.get("value") for e in c.get("env", [])}
+    check_kerberos(where, wn, cfg, env, pod, c, configmaps, secrets)
     server = cfg.get("server", {})
     listen = env.get("SOLUS__SERVER__LISTEN") or server.get("listen", "127.0.0.1:50051")
     host, port = port_of(listen)

@@ -59,7 +59,9 @@
 #   SOLUS_HBASE_GRANTS         Kerberized mode: space-separated USER:ACTIONS[:SCOPE]
 #                              granted once ready (ACTIONS letters of RWXCA, SCOPE
 #                              @namespace or a table; none: global), default
-#                              "solus:RWXCA:@default"; "none" grants nothing
+#                              "solus:RWC:@default solus-short:RWC:@default" (what
+#                              Solus needs, with or without create_tables; see
+#                              docs/hbase.md); "none" grants nothing. stranger: nothing
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -454,29 +456,32 @@ kerberos_conf() { # DIR
   # Before write_conf's closing tag.
   sed -i '/^<\/configuration>$/d' "$site"
   printf '%s\n</configuration>\n' "$extra" >>"$site"
+  quiet_log_conf "$dir"
   echo "$kdc_dir" >"$dir/kerberos.kdc"
 }
+
+quiet_log_conf() { printf '%s\n' 'status = error' 'rootLogger.level = off' >"$1/conf/log4j2-quiet.properties"; }
 
 kerberos_java() { # DIR ARGS...: KerberosProbe.java on HBase's classpath
   local dir="$1"; shift
   # The libraries' own logging off: the probe prints its last error itself.
-  printf '%s\n' 'status = error' 'rootLogger = OFF' >"$dir/conf/log4j2-quiet.properties"
+  [[ -f "$dir/conf/log4j2-quiet.properties" ]] || quiet_log_conf "$dir"
   "$java" "${jdk17_flags[@]}" -cp "$dir/conf:$(classpath)" \
     -Dlog4j.configurationFile="$dir/conf/log4j2-quiet.properties" \
     "${krb_flags[@]}" "$project/KerberosProbe.java" "$@"
 }
 
 kerberos_grants() { # DIR
-  local dir="$1" g user actions scope
-  local grants="${SOLUS_HBASE_GRANTS-solus:RWXCA:@default}"
+  local dir="$1" g
+  local grants="${SOLUS_HBASE_GRANTS-solus:RWC:@default solus-short:RWC:@default}"
   [[ "$grants" != none ]] || return 0
   for g in $grants; do
-    IFS=: read -r user actions scope <<<"$g"
-    [[ -n "$user" && "$actions" =~ ^[RWXCA]+$ ]] ||
+    [[ "$g" =~ ^[^:]+:[RWXCA]+(:.+)?$ ]] ||
       die "SOLUS_HBASE_GRANTS entries are USER:ACTIONS[:SCOPE] with ACTIONS letters of RWXCA, got '$g'"
-    kerberos_java "$dir" grant "$timeout_s" "hbase/localhost@SOLUS.TEST" "$kdc_dir/hbase.keytab" \
-      "$user" "$actions" ${scope:+"$scope"} >&2 || die "granting '$g' failed (logs in $dir/logs)"
   done
+  # shellcheck disable=SC2086 # one argument per grant
+  kerberos_java "$dir" grant "$timeout_s" "hbase/localhost@SOLUS.TEST" "$kdc_dir/hbase.keytab" $grants >&2 ||
+    die "granting '$grants' failed (logs in $dir/logs)"
 }
 
 # A copy of hbase-site.xml requiring QOP, in DIR/conf-NAME; prints that directory.

@@ -6,9 +6,9 @@
 //       As WaitReady.java, through a SASL/GSSAPI Thrift1 connection (buffered,
 //       binary) as PRINCIPAL requiring QOP (authentication|integrity|privacy):
 //       getTableNames answers and a scan of hbase:meta returns a row.
-//   java ... KerberosProbe.java grant TIMEOUT_SECONDS PRINCIPAL KEYTAB USER ACTIONS [SCOPE]
-//       As PRINCIPAL (an HBase superuser), grants USER the ACTIONS (letters of
-//       RWXCA) globally, or on SCOPE ("@namespace" or a table), through
+//   java ... KerberosProbe.java grant TIMEOUT_SECONDS PRINCIPAL KEYTAB USER:ACTIONS[:SCOPE]...
+//       As PRINCIPAL (an HBase superuser), grants each USER the ACTIONS (letters
+//       of RWXCA) globally, or on SCOPE ("@namespace" or a table), through
 //       HBase's RPC (AccessControlClient), retrying until the AccessController
 //       is up (hbase:acl exists) or the timeout.
 // Exits 0 on success, 1 with the last error after the timeout.
@@ -50,22 +50,29 @@ public class KerberosProbe {
             + args[3] + ", as " + args[5] + "), hbase:meta online, tables: " + tables);
         return null;
       });
-    } else if ((args.length == 6 || args.length == 7) && args[0].equals("grant")) {
+    } else if (args.length >= 5 && args[0].equals("grant")) {
       UserGroupInformation ugi = login(args[2], args[3]);
-      String user = args[4];
-      Permission.Action[] actions = actions(args[5]);
-      String scope = args.length == 7 ? args[6] : "";
       Configuration conf = HBaseConfiguration.create();
+      List<String[]> grants = new ArrayList<>();
+      for (int i = 4; i < args.length; i++) {
+        String[] g = args[i].split(":", 3);
+        if (g.length < 2) throw new IllegalArgumentException("a grant is USER:ACTIONS[:SCOPE], got " + args[i]);
+        actions(g[1]); // checked before connecting
+        grants.add(g);
+      }
       retry(Long.parseLong(args[1]), () -> ugi.doAs((PrivilegedExceptionAction<Void>) () -> {
         try (Connection c = ConnectionFactory.createConnection(conf)) {
-          grant(c, user, actions, scope);
+          for (String[] g : grants) {
+            String scope = g.length == 3 ? g[2] : "";
+            grant(c, g[0], actions(g[1]), scope);
+            System.out.println("granted " + g[0] + " '" + g[1] + "' " + (scope.isEmpty() ? "globally" : "on " + scope));
+          }
         }
-        System.out.println("granted " + user + " '" + args[5] + "' " + (scope.isEmpty() ? "globally" : "on " + scope));
         return null;
       }));
     } else {
       System.err.println("usage: KerberosProbe ready HOST PORT QOP TIMEOUT_SECONDS PRINCIPAL KEYTAB\n"
-          + "       KerberosProbe grant TIMEOUT_SECONDS PRINCIPAL KEYTAB USER ACTIONS [SCOPE]");
+          + "       KerberosProbe grant TIMEOUT_SECONDS PRINCIPAL KEYTAB USER:ACTIONS[:SCOPE]...");
       System.exit(2);
     }
   }
