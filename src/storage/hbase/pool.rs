@@ -14,6 +14,11 @@
 //! can still be in flight when the next checkout peeks: so the failure also
 //! retires every connection opened before it (a generation counter), and the
 //! retry starts on a fresh one.
+//!
+//! With `storage.hbase.kerberos.enabled` every new connection is
+//! authenticated (SASL/GSSAPI, `kerberos.rs`) before it joins the pool, and
+//! connections older than `max_connection_age_seconds` are refused on
+//! checkout and re-opened, which bounds how long revoked credentials work.
 
 use std::io;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
