@@ -10,7 +10,8 @@
 #   and PLAIN_THRIFT=host:port, a plain HBase Thrift1 server
 #   (deploy/hbase/standalone.sh start DIR PORT); without it, no plain line.
 #
-# Environment: BENCH_SECONDS (10), MODES ("plain authentication integrity privacy").
+# Environment: BENCH_SECONDS (10), MODES ("plain authentication integrity privacy"),
+# SOLUS_BIN (a release binary to use instead of building one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,8 +21,12 @@ modes="${MODES:-plain authentication integrity privacy}"
 : "${SOLUS_KERBEROS_THRIFT:?set it (privacy=H:P,integrity=H:P,authentication=H:P)}"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
-cargo build --release --quiet
-solus="${CARGO_TARGET_DIR:-target}/release/solus"
+if [[ -n "${SOLUS_BIN:-}" ]]; then
+    solus="$SOLUS_BIN"
+else
+    cargo build --release --quiet
+    solus="${CARGO_TARGET_DIR:-target}/release/solus"
+fi
 work="$(mktemp -d /tmp/solus-kerberos-bench.XXXXXX)"
 pid=""
 cleanup() {
@@ -71,6 +76,6 @@ for mode in $modes; do
     for op in add-if-absent check; do
         printf '%s %s ' "$mode" "$op"
         "$solus" bench --addr "$addr" --op "$op" --deduper "bench-$mode-$run" --batch 1000 --concurrency 4 \
-            --duration "$seconds" --json | tail -n 1
+            --duration "$seconds" --json --quiet | tail -n 1
     done
 done
