@@ -306,6 +306,16 @@ pub const KEYS: &[&str] = &[
     "storage.hbase.max_request_bytes",
     "storage.hbase.add_if_absent_guard",
     "storage.hbase.max_clock_offset_ms",
+    "storage.hbase.max_connection_age_seconds",
+    "storage.hbase.kerberos.enabled",
+    "storage.hbase.kerberos.service",
+    "storage.hbase.kerberos.server_host",
+    "storage.hbase.kerberos.min_qop",
+    "storage.hbase.kerberos.principal",
+    "storage.hbase.kerberos.keytab",
+    "storage.hbase.kerberos.ticket_cache",
+    "storage.hbase.kerberos.krb5_config",
+    "storage.hbase.kerberos.library",
     "limits.max_entities_per_request",
     "limits.max_entity_bytes",
     "limits.max_message_bytes",
@@ -331,6 +341,10 @@ const CHOICES: &[(&str, &str)] = &[
     ("storage.backend", "\"embedded\" or \"hbase\""),
     ("storage.hbase.transport", "\"buffered\" or \"framed\""),
     ("storage.hbase.protocol", "\"binary\" or \"compact\""),
+    (
+        "storage.hbase.kerberos.min_qop",
+        "\"authentication\", \"integrity\" or \"privacy\"",
+    ),
 ];
 
 /// Environment variables of the client commands (`--addr` and friends) and
@@ -353,6 +367,9 @@ const TOOL_VARIABLES: &[&str] = &[
     "SOLUS_FARM",
     "SOLUS_CLIENTS",
     "SOLUS_META_SPLITS",
+    "SOLUS_KERBEROS_KDC_DIR",
+    "SOLUS_KERBEROS_HBASE_DIR",
+    "SOLUS_KERBEROS_THRIFT",
 ];
 
 /// HBase's framed Thrift server drops frames above

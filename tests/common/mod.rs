@@ -93,6 +93,26 @@ impl TestBackend {
         })
     }
 
+    /// The HBase store with the given settings (e.g. a Kerberized HBase of
+    /// `tests/kerberos.rs`); `fresh` gives the embedded store.
+    pub fn with_settings(name: &'static str, settings: Settings) -> TestBackend {
+        TestBackend {
+            name,
+            settings,
+            atomic_add_if_absent: false,
+            emulator: None,
+            real: None,
+            _dir: Arc::new(tempfile::tempdir().expect("temp dir")),
+        }
+    }
+
+    /// The settings the HBase tests start from, for `thrift`.
+    pub fn hbase_settings_for(thrift: &str) -> Settings {
+        let mut s = Self::hbase_settings("127.0.0.1:1".parse().unwrap());
+        s.storage.hbase.addresses = vec![thrift.to_string()];
+        s
+    }
+
     /// Another backend on the same storage, emptied: a new emulator, or the
     /// same real HBase with its tables dropped.
     pub fn fresh(&self) -> TestBackend {

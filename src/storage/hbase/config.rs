@@ -26,6 +26,92 @@ pub enum Protocol {
     Compact,
 }
 
+/// A SASL security layer (quality of protection), weakest first; the names
+/// are HBase's `hbase.thrift.security.qop` values.
+#[derive(Debug, Clone, Copy, Deserialize, Default, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum Qop {
+    /// Authentication only: the calls travel in clear.
+    Authentication,
+    /// Each frame signed (tampering detected), not encrypted.
+    Integrity,
+    /// Each frame encrypted and signed.
+    #[default]
+    Privacy,
+}
+
+impl Qop {
+    pub const ALL: [Qop; 3] = [Qop::Authentication, Qop::Integrity, Qop::Privacy];
+
+    /// The RFC 4752 security-layer bit.
+    pub fn layer_bit(self) -> u8 {
+        match self {
+            Qop::Authentication => 0x01,
+            Qop::Integrity => 0x02,
+            Qop::Privacy => 0x04,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Qop::Authentication => "authentication",
+            Qop::Integrity => "integrity",
+            Qop::Privacy => "privacy",
+        }
+    }
+}
+
+/// Kerberos (SASL/GSSAPI) on every Thrift connection
+/// (`storage.hbase.kerberos.*`); see docs/hbase.md, "Kerberos: Solus
+/// settings, errors and throughput".
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(default, deny_unknown_fields)]
+pub struct KerberosConfig {
+    /// Authenticate every Thrift connection with SASL/GSSAPI. Needs the
+    /// buffered transport. Default false.
+    pub enabled: bool,
+    /// Service part of the server principal. Default `hbase`.
+    pub service: String,
+    /// Host part of the server principal (`<service>/<server_host>@REALM`);
+    /// empty = each address's host. Default empty.
+    pub server_host: String,
+    /// Lowest acceptable security layer; a server offering less is refused,
+    /// never downgraded to. Default `privacy`.
+    pub min_qop: Qop,
+    /// Client principal, e.g. `solus/host@REALM`; empty = the keytab's (or
+    /// ticket cache's) default. Default empty.
+    pub principal: String,
+    /// Client keytab: tickets are fetched from it into a private `MEMORY:`
+    /// cache and fetched again when they expire. Default empty.
+    pub keytab: String,
+    /// Ticket cache used when there is no keytab, e.g.
+    /// `FILE:/tmp/krb5cc_solus` (renewed by whoever runs kinit); empty =
+    /// the library's default. Default empty.
+    pub ticket_cache: String,
+    /// Path of the krb5.conf to use (sets `KRB5_CONFIG` for the library);
+    /// empty = the system's. Default empty.
+    pub krb5_config: String,
+    /// The MIT GSSAPI library, a name the loader searches for or a path.
+    /// Default `libgssapi_krb5.so.2` (Debian package `libgssapi-krb5-2`).
+    pub library: String,
+}
+
+impl Default for KerberosConfig {
+    fn default() -> Self {
+        KerberosConfig {
+            enabled: false,
+            service: "hbase".into(),
+            server_host: String::new(),
+            min_qop: Qop::Privacy,
+            principal: String::new(),
+            keytab: String::new(),
+            ticket_cache: String::new(),
+            krb5_config: String::new(),
+            library: "libgssapi_krb5.so.2".into(),
+        }
+    }
+}
+
 /// Settings of the HBase backend.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -86,6 +172,12 @@ pub struct HbaseConfig {
     /// shorter than twice this are refused (see docs/operations.md,
     /// "Clocks"). 0 measures without enforcing. Default 500.
     pub max_clock_offset_ms: u64,
+    /// Pooled connections older than this, in seconds, are closed and
+    /// opened again (authenticating anew with Kerberos), so revoked
+    /// credentials stop working within this bound; 0 = never. Default 3,600.
+    pub max_connection_age_seconds: u64,
+    /// Kerberos on the Thrift connections; off by default.
+    pub kerberos: KerberosConfig,
 }
 
 /// A list, or one comma-separated string (environment variables are strings).
@@ -120,6 +212,8 @@ impl Default for HbaseConfig {
             max_request_bytes: 1 << 20,
             add_if_absent_guard: true,
             max_clock_offset_ms: 500,
+            max_connection_age_seconds: 3_600,
+            kerberos: KerberosConfig::default(),
         }
     }
 }
@@ -141,6 +235,43 @@ impl HbaseConfig {
         }
         if self.max_request_bytes < 4096 {
             return Err("storage.hbase.max_request_bytes must be at least 4096".into());
+        }
+        let k = &self.kerberos;
+        if k.enabled {
+            if self.transport == Transport::Framed {
+                return Err(
+                    "storage.hbase.kerberos.enabled needs storage.hbase.transport = \"buffered\": \
+                            HBase's Thrift server supports SASL on the buffered transport only (with framed \
+                            and a qop it refuses to start)"
+                        .into(),
+                );
+            }
+            if k.service.trim().is_empty() {
+                return Err("storage.hbase.kerberos.service must not be empty (HBase's is \"hbase\")".into());
+            }
+            if k.library.trim().is_empty() {
+                return Err("storage.hbase.kerberos.library must not be empty (default libgssapi_krb5.so.2)".into());
+            }
+            if !k.keytab.is_empty() && !k.ticket_cache.is_empty() {
+                return Err(
+                    "storage.hbase.kerberos.keytab and ticket_cache are exclusive: with a keytab, tickets \
+                            go to a private MEMORY: cache"
+                        .into(),
+                );
+            }
+            if !k.keytab.is_empty() {
+                if let Err(e) = std::fs::File::open(&k.keytab) {
+                    return Err(format!(
+                        "storage.hbase.kerberos.keytab = {:?} cannot be read: {e}",
+                        k.keytab
+                    ));
+                }
+            }
+            for (key, path) in [("krb5_config", &k.krb5_config)] {
+                if !path.is_empty() && !std::path::Path::new(path).is_file() {
+                    return Err(format!("storage.hbase.kerberos.{key} = {path:?} is not a file"));
+                }
+            }
         }
         Ok(())
     }
@@ -181,5 +312,36 @@ mod tests {
         assert!(bad(|c| c.pool_size = 0).contains("pool_size"));
         assert!(bad(|c| c.read_timeout_ms = 0).contains("timeouts"));
         assert!(bad(|c| c.max_request_bytes = 100).contains("max_request_bytes"));
+        let framed = bad(|c| {
+            c.kerberos.enabled = true;
+            c.transport = Transport::Framed;
+        });
+        assert!(
+            framed.contains("kerberos.enabled") && framed.contains("buffered transport only"),
+            "{framed}"
+        );
+        let keytab = bad(|c| {
+            c.kerberos.enabled = true;
+            c.kerberos.keytab = "/nonexistent/solus.keytab".into();
+        });
+        assert!(
+            keytab.contains("storage.hbase.kerberos.keytab") && keytab.contains("/nonexistent"),
+            "{keytab}"
+        );
+        // Off, the Kerberos settings are not looked at.
+        let mut off = HbaseConfig::default();
+        off.kerberos.keytab = "/nonexistent/solus.keytab".into();
+        off.transport = Transport::Framed;
+        assert!(off.validate().is_ok());
+    }
+
+    #[test]
+    fn kerberos_settings_parse_with_privacy_by_default() {
+        let c = parse("[kerberos]\nenabled = true\nkeytab = \"/k\"\nmin_qop = \"integrity\"");
+        assert!(c.kerberos.enabled);
+        assert_eq!((c.kerberos.min_qop, c.kerberos.keytab.as_str()), (Qop::Integrity, "/k"));
+        assert_eq!(HbaseConfig::default().kerberos.min_qop, Qop::Privacy);
+        assert_eq!(HbaseConfig::default().kerberos.service, "hbase");
+        assert!(Qop::Authentication < Qop::Integrity && Qop::Integrity < Qop::Privacy);
     }
 }

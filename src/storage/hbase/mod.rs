@@ -63,11 +63,14 @@ mod clock_probe;
 mod codec;
 pub mod config;
 mod data;
+mod gssapi;
 mod guard;
+mod kerberos;
 mod lifecycle;
 mod meta;
 mod pool;
 mod records;
+mod sasl;
 mod tables;
 
 use std::collections::BTreeSet;
@@ -76,7 +79,7 @@ use hbase_thrift::hbase::{THbaseSyncClient, TRowResult};
 
 use self::codec::Attributes;
 pub use self::codec::TTL_ATTRIBUTE;
-pub use self::config::{HbaseConfig, Protocol, Transport};
+pub use self::config::{HbaseConfig, KerberosConfig, Protocol, Qop, Transport};
 use self::data::ReadGroup;
 use self::pool::{Pool, Retry};
 use self::tables::Tables;
@@ -107,12 +110,19 @@ impl HbaseStore {
     /// is missing and may not be created, or cannot be created.
     pub fn open(config: HbaseConfig, table: &str, farm: &str) -> Result<HbaseStore, StorageError> {
         config.validate().map_err(StorageError::Unavailable)?;
+        let kerberos = if config.kerberos.enabled {
+            Some(std::sync::Arc::new(
+                kerberos::Kerberos::new(&config).map_err(StorageError::Unavailable)?,
+            ))
+        } else {
+            None
+        };
         let data_tables = vec![
             layout::data_table(table, farm, false),
             layout::data_table(table, farm, true),
         ];
         let store = HbaseStore {
-            pool: Pool::new(&config),
+            pool: Pool::new(&config, kerberos),
             tables: Tables::new(data_tables, config.create_tables),
             config,
             table: table.to_string(),
@@ -123,7 +133,7 @@ impl HbaseStore {
             Ok(_) => store.tables.ensure_data(&store.pool)?,
             Err(e) => tracing::warn!(
                 error = %e.into_storage("getTableNames"),
-                "HBase unreachable at start-up; serving NOT_SERVING until it answers"
+                "HBase unreachable (or refusing this client: see the error) at start-up; serving NOT_SERVING until it answers"
             ),
         }
         Ok(store)

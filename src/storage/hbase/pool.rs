@@ -14,12 +14,18 @@
 //! can still be in flight when the next checkout peeks: so the failure also
 //! retires every connection opened before it (a generation counter), and the
 //! retry starts on a fresh one.
+//!
+//! With `storage.hbase.kerberos.enabled` every new connection is
+//! authenticated (SASL/GSSAPI, `kerberos.rs`) before it joins the pool, and
+//! connections older than `max_connection_age_seconds` are refused on
+//! checkout and re-opened, which bounds how long revoked credentials work.
 
 use std::io;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hbase_thrift::hbase::{AlreadyExists, HbaseSyncClient, IOError, IllegalArgument};
 use thrift::protocol::{
@@ -32,6 +38,7 @@ use thrift::transport::{
 };
 
 use super::config::{HbaseConfig, Protocol, Transport};
+use super::kerberos::Kerberos;
 use crate::storage::{StorageError, caller};
 
 /// A call skipped because the caller of the request has gone (see
@@ -97,6 +104,8 @@ impl HbaseError {
 struct Timeouts {
     read_ms: u64,
     write_ms: u64,
+    /// Appended to a timeout's message (see `Pool::timeout_hint`).
+    hint: &'static str,
 }
 
 /// Whether a transport error is a socket timeout. The `thrift` crate keeps
@@ -144,8 +153,8 @@ fn classify(e: thrift::Error, peer: SocketAddr, timeouts: Timeouts, broken: &mut
             *broken = true;
             HbaseError::Connection(format!(
                 "call to {peer} timed out: no answer within storage.hbase.read_timeout_ms = {} ms \
-                 (or the request not sent within write_timeout_ms = {} ms) ({})",
-                timeouts.read_ms, timeouts.write_ms, t.message
+                 (or the request not sent within write_timeout_ms = {} ms) ({}){}",
+                timeouts.read_ms, timeouts.write_ms, t.message, timeouts.hint
             ))
         }
         thrift::Error::Transport(t) => {
@@ -168,6 +177,7 @@ pub struct Conn {
     broken: bool,
     /// The pool generation when it was opened; older ones are retired.
     generation: u64,
+    opened: Instant,
 }
 
 impl Conn {
@@ -195,43 +205,89 @@ struct Manager {
     down: Arc<Mutex<Option<String>>>,
     /// Bumped by every connection-level failure (see the module docs).
     generation: Arc<AtomicU64>,
+    /// SASL/GSSAPI on every connection, when enabled.
+    kerberos: Option<Arc<Kerberos>>,
+    /// `max_connection_age_seconds`; `None` = no limit.
+    max_age: Option<Duration>,
+}
+
+type Halves = (Box<dyn TInputProtocol + Send>, Box<dyn TOutputProtocol + Send>);
+
+/// The protocol over SASL's halves, which buffer themselves (a frame each way).
+fn over_sasl<R, W>(protocol: Protocol, r: R, w: W) -> Halves
+where
+    R: io::Read + Send + 'static,
+    W: io::Write + Send + 'static,
+{
+    match protocol {
+        Protocol::Binary => (
+            Box::new(TBinaryInputProtocol::new(r, true)),
+            Box::new(TBinaryOutputProtocol::new(w, true)),
+        ),
+        Protocol::Compact => (
+            Box::new(TCompactInputProtocol::new(r)),
+            Box::new(TCompactOutputProtocol::new(w)),
+        ),
+    }
 }
 
 impl Manager {
-    fn open(&self, addr: SocketAddr) -> io::Result<Conn> {
+    /// Opens (and with Kerberos authenticates) a connection to `addr`,
+    /// configured as `address`.
+    fn open(&self, addr: SocketAddr, address: &str) -> io::Result<Conn> {
         let c = &self.config;
         let stream = TcpStream::connect_timeout(&addr, Duration::from_millis(c.connect_timeout_ms))?;
         stream.set_read_timeout(Some(Duration::from_millis(c.read_timeout_ms)))?;
         stream.set_write_timeout(Some(Duration::from_millis(c.write_timeout_ms)))?;
         stream.set_nodelay(true)?;
         let socket = stream.try_clone()?;
+        if let Some(k) = &self.kerberos {
+            // Framed + Kerberos was refused by validation (HBase has no SASL there).
+            let (r, w) = k.handshake(&stream, address, addr)?;
+            let (input, output) = over_sasl(c.protocol, r, w);
+            return Ok(self.conn(input, output, socket, addr));
+        }
         let (r, w) = TTcpChannel::with_stream(stream).split().map_err(io::Error::other)?;
-        let (input, output): (Box<dyn TInputProtocol + Send>, Box<dyn TOutputProtocol + Send>) =
-            match (c.transport, c.protocol) {
-                (Transport::Buffered, Protocol::Binary) => (
-                    Box::new(TBinaryInputProtocol::new(TBufferedReadTransport::new(r), true)),
-                    Box::new(TBinaryOutputProtocol::new(TBufferedWriteTransport::new(w), true)),
-                ),
-                (Transport::Framed, Protocol::Binary) => (
-                    Box::new(TBinaryInputProtocol::new(TFramedReadTransport::new(r), true)),
-                    Box::new(TBinaryOutputProtocol::new(TFramedWriteTransport::new(w), true)),
-                ),
-                (Transport::Buffered, Protocol::Compact) => (
-                    Box::new(TCompactInputProtocol::new(TBufferedReadTransport::new(r))),
-                    Box::new(TCompactOutputProtocol::new(TBufferedWriteTransport::new(w))),
-                ),
-                (Transport::Framed, Protocol::Compact) => (
-                    Box::new(TCompactInputProtocol::new(TFramedReadTransport::new(r))),
-                    Box::new(TCompactOutputProtocol::new(TFramedWriteTransport::new(w))),
-                ),
-            };
-        Ok(Conn {
+        let (input, output): Halves = match (c.transport, c.protocol) {
+            (Transport::Buffered, Protocol::Binary) => (
+                Box::new(TBinaryInputProtocol::new(TBufferedReadTransport::new(r), true)),
+                Box::new(TBinaryOutputProtocol::new(TBufferedWriteTransport::new(w), true)),
+            ),
+            (Transport::Framed, Protocol::Binary) => (
+                Box::new(TBinaryInputProtocol::new(TFramedReadTransport::new(r), true)),
+                Box::new(TBinaryOutputProtocol::new(TFramedWriteTransport::new(w), true)),
+            ),
+            (Transport::Buffered, Protocol::Compact) => (
+                Box::new(TCompactInputProtocol::new(TBufferedReadTransport::new(r))),
+                Box::new(TCompactOutputProtocol::new(TBufferedWriteTransport::new(w))),
+            ),
+            (Transport::Framed, Protocol::Compact) => (
+                Box::new(TCompactInputProtocol::new(TFramedReadTransport::new(r))),
+                Box::new(TCompactOutputProtocol::new(TFramedWriteTransport::new(w))),
+            ),
+        };
+        Ok(self.conn(input, output, socket, addr))
+    }
+
+    fn conn(
+        &self,
+        input: Box<dyn TInputProtocol + Send>,
+        output: Box<dyn TOutputProtocol + Send>,
+        socket: TcpStream,
+        peer: SocketAddr,
+    ) -> Conn {
+        Conn {
             client: HbaseSyncClient::new(input, output),
             socket,
-            peer: addr,
+            peer,
             broken: false,
             generation: self.generation.load(Ordering::SeqCst),
-        })
+            opened: Instant::now(),
+        }
+    }
+
+    fn too_old(&self, conn: &Conn) -> bool {
+        self.max_age.is_some_and(|age| conn.opened.elapsed() >= age)
     }
 
     /// Tries every configured address once, starting from a rotating one so
@@ -250,7 +306,7 @@ impl Manager {
                 }
             };
             for addr in resolved {
-                match self.open(addr) {
+                match self.open(addr, name) {
                     Ok(c) => return Ok(c),
                     Err(e) => errors.push(format!("{name} ({addr}): {e}")),
                 }
@@ -277,11 +333,17 @@ impl r2d2::ManageConnection for Manager {
                 "retired after a connection failure",
             ));
         }
+        if self.too_old(conn) {
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "older than storage.hbase.max_connection_age_seconds",
+            ));
+        }
         conn.check_open()
     }
 
     fn has_broken(&self, conn: &mut Conn) -> bool {
-        conn.broken || conn.generation < self.generation.load(Ordering::SeqCst)
+        conn.broken || conn.generation < self.generation.load(Ordering::SeqCst) || self.too_old(conn)
     }
 }
 
@@ -315,19 +377,33 @@ pub struct Pool {
     backoff: Duration,
     addresses: String,
     timeouts: Timeouts,
+    /// Whether any call has had an answer (see `timeout_hint`).
+    answered: AtomicBool,
+    kerberos: bool,
 }
+
+/// Why a plain connection's first calls may time out: a SASL server reads
+/// them as a broken negotiation and stays silent.
+const SASL_HINT: &str = "; no call has been answered yet: if the Thrift server requires SASL (it sets \
+                         hbase.thrift.security.qop), set storage.hbase.kerberos.enabled = true";
 
 impl Pool {
     /// Builds the pool without connecting: connections are opened in the
     /// background and on demand, so a down HBase does not stop start-up.
-    pub fn new(config: &HbaseConfig) -> Pool {
+    /// `kerberos`: authenticate every connection (see `kerberos.rs`).
+    pub fn new(config: &HbaseConfig, kerberos: Option<Arc<Kerberos>>) -> Pool {
         let down = Arc::new(Mutex::new(None));
         let generation = Arc::new(AtomicU64::new(0));
+        let max_age =
+            (config.max_connection_age_seconds > 0).then(|| Duration::from_secs(config.max_connection_age_seconds));
+        let has_kerberos = kerberos.is_some();
         let manager = Manager {
             config: config.clone(),
             next: AtomicUsize::new(0),
             down: down.clone(),
             generation: generation.clone(),
+            kerberos,
+            max_age,
         };
         let checkout_timeout = Duration::from_millis(config.connect_timeout_ms.max(10));
         let pool = r2d2::Pool::builder()
@@ -335,6 +411,8 @@ impl Pool {
             .min_idle(Some(config.pool_size.min(2)))
             .connection_timeout(checkout_timeout)
             .test_on_check_out(true)
+            // The reaper closes idle old connections too (checkout refuses them).
+            .max_lifetime(max_age)
             .error_handler(Box::new(QuietErrors))
             .build_unchecked(manager);
         Pool {
@@ -348,8 +426,20 @@ impl Pool {
             timeouts: Timeouts {
                 read_ms: config.read_timeout_ms,
                 write_ms: config.write_timeout_ms,
+                hint: "",
             },
+            answered: AtomicBool::new(false),
+            kerberos: has_kerberos,
         }
+    }
+
+    /// The timeouts, with [`SASL_HINT`] while a plain pool has had no answer.
+    fn timeouts(&self) -> Timeouts {
+        let mut t = self.timeouts;
+        if !self.kerberos && !self.answered.load(Ordering::Relaxed) {
+            t.hint = SASL_HINT;
+        }
+        t
     }
 
     fn checkout(&self) -> Result<r2d2::PooledConnection<Manager>, HbaseError> {
@@ -384,8 +474,11 @@ impl Pool {
         }
         let peer = conn.peer;
         let result = f(&mut conn.client);
+        if !matches!(&result, Err(thrift::Error::Transport(_) | thrift::Error::Protocol(_))) {
+            self.answered.store(true, Ordering::Relaxed);
+        }
         result.map_err(|e| {
-            let e = classify(e, peer, self.timeouts, &mut conn.broken);
+            let e = classify(e, peer, self.timeouts(), &mut conn.broken);
             if conn.broken {
                 self.generation.fetch_add(1, Ordering::SeqCst);
             }
@@ -455,6 +548,7 @@ mod tests {
         let timeouts = Timeouts {
             read_ms: 300,
             write_ms: 400,
+            hint: SASL_HINT,
         };
         let mut broken = false;
         let e = classify(thrift::Error::from(e), peer, timeouts, &mut broken);
@@ -473,7 +567,10 @@ mod tests {
             assert!(broken);
             let HbaseError::Connection(m) = e else { panic!("{e:?}") };
             assert!(
-                m.contains("timed out") && m.contains("read_timeout_ms = 300 ms") && m.contains("400 ms"),
+                m.contains("timed out")
+                    && m.contains("read_timeout_ms = 300 ms")
+                    && m.contains("400 ms")
+                    && m.contains("storage.hbase.kerberos.enabled"),
                 "{m}"
             );
         }
