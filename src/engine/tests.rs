@@ -256,7 +256,11 @@ fn unsorted_plans_give_every_entity_the_sorted_plans_bits() {
             assert_eq!(&read.addrs[i * k as usize..(i + 1) * k as usize], want.as_slice());
         }
         // Writes: one run per shard, ascending, its entities in request order.
-        let runs: Vec<u32> = write.addrs.chunk_by(|a, b| a.shard == b.shard).map(|r| r[0].shard).collect();
+        let runs: Vec<u32> = write
+            .addrs
+            .chunk_by(|a, b| a.shard == b.shard)
+            .map(|r| r[0].shard)
+            .collect();
         assert!(runs.windows(2).all(|w| w[0] < w[1]), "one run per shard: {runs:?}");
         let firsts: Vec<usize> = (0..entities.len())
             .map(|i| write.entity_bits(i).next().unwrap())
@@ -264,7 +268,11 @@ fn unsorted_plans_give_every_entity_the_sorted_plans_bits() {
         for i in 0..entities.len() {
             for j in i + 1..entities.len() {
                 if write.addrs[firsts[i]].shard == write.addrs[firsts[j]].shard {
-                    assert!(firsts[i] < firsts[j], "request order within shard {}", write.addrs[firsts[i]].shard);
+                    assert!(
+                        firsts[i] < firsts[j],
+                        "request order within shard {}",
+                        write.addrs[firsts[i]].shard
+                    );
                 }
             }
         }

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{
-    BeforeWrite, BitAddr, BitOrder, BitStats, Cell, Change, ClockOffset, RecordFingerprint, RequestKey, StorageError, Store,
+    BeforeWrite, BitAddr, BitOrder, BitStats, Cell, Change, ClockOffset, RecordFingerprint, RequestKey, StorageError,
+    Store,
 };
 use crate::deduper::Deduper;
 use crate::metrics;

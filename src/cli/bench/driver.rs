@@ -373,7 +373,16 @@ mod tests {
 
     #[test]
     fn generated_keys_are_redis_benchmarks_rand_int_keys() {
-        for i in [0, 7, 42, 99_999_999, 123_456_789_012, 999_999_999_999, 1_000_000_000_000, usize::MAX] {
+        for i in [
+            0,
+            7,
+            42,
+            99_999_999,
+            123_456_789_012,
+            999_999_999_999,
+            1_000_000_000_000,
+            usize::MAX,
+        ] {
             let mut buf = b"x".to_vec();
             push_generated_key(&mut buf, i);
             assert_eq!(buf, format!("xkey:{i:012}").into_bytes(), "{i}");
@@ -384,7 +393,10 @@ mod tests {
         };
         assert_eq!(
             keys.many([99_999_999, 0].into_iter()),
-            [Bytes::from_static(b"key:000099999999"), Bytes::from_static(b"key:000000000000")]
+            [
+                Bytes::from_static(b"key:000099999999"),
+                Bytes::from_static(b"key:000000000000")
+            ]
         );
     }
 }

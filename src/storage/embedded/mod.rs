@@ -56,7 +56,9 @@ use serde::Deserialize;
 use self::filter::{Filter, tick_ms_for};
 use self::records::Records;
 use self::requests::Requests;
-use super::{BeforeWrite, BitAddr, BitOrder, BitStats, Cell, Change, RecordFingerprint, RequestKey, StorageError, Store};
+use super::{
+    BeforeWrite, BitAddr, BitOrder, BitStats, Cell, Change, RecordFingerprint, RequestKey, StorageError, Store,
+};
 use crate::clock::now_ms;
 use crate::deduper::Deduper;
 
