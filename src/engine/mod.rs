@@ -381,21 +381,6 @@ impl Engine {
         })
     }
 
-    /// Runs a data call's storage work: right here, on the async worker,
-    /// when it is `plain` (no request or record ids: bit reads and raises
-    /// only) and the store [`Store::runs_inline`]; else on the blocking pool
-    /// ([`Engine::blocking`]).
-    async fn data_call<T: Send + 'static>(
-        &self,
-        plain: bool,
-        f: impl FnOnce() -> Result<T, EngineError> + Send + 'static,
-    ) -> Result<T, EngineError> {
-        if plain && self.store.runs_inline() {
-            return f();
-        }
-        Self::blocking(f).await
-    }
-
     fn validate_entities(&self, entities: &[impl AsRef<[u8]>]) -> Result<(), EngineError> {
         let max = self.limits.max_entities_per_request;
         if entities.len() > max {
@@ -609,7 +594,7 @@ impl Engine {
             return Ok(0);
         };
         let store = self.store.clone();
-        self.data_call(key.is_none(), move || {
+        Self::blocking(move || {
             let now = now_ms();
             let expire = check_expire(&*store, now, ttl)?;
             let plan = Plan::for_store(store.bit_order(), true, &d, &entities);
@@ -708,7 +693,7 @@ impl Engine {
             return Ok(Vec::new());
         }
         let store = self.store.clone();
-        self.data_call(record_ids.is_empty(), move || {
+        Self::blocking(move || {
             let plan = Plan::for_store(store.bit_order(), false, &d, &entities);
             let now = now_ms();
             let cells = store.read_bits(&d, &plan.addrs)?;
@@ -796,8 +781,7 @@ impl Engine {
             return Ok(Vec::new());
         };
         let store = self.store.clone();
-        let plain = key.is_none() && record_ids.is_empty();
-        self.data_call(plain, move || {
+        Self::blocking(move || {
             let plan = Plan::for_store(store.bit_order(), true, &d, &entities);
             let now = now_ms();
             let expire = check_expire(&*store, now, ttl)?;

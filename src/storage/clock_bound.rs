@@ -191,10 +191,6 @@ impl Store for ClockBoundStore {
         self.inner.bit_order()
     }
 
-    fn runs_inline(&self) -> bool {
-        self.inner.runs_inline()
-    }
-
     fn read_bits(&self, deduper: &Deduper, bits: &[BitAddr]) -> Result<Vec<Cell>, StorageError> {
         self.may_judge_expiry()?;
         self.inner.read_bits(deduper, bits)

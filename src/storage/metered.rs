@@ -41,10 +41,6 @@ impl Store for MeteredStore {
         self.inner.bit_order()
     }
 
-    fn runs_inline(&self) -> bool {
-        self.inner.runs_inline()
-    }
-
     fn read_bits(&self, deduper: &Deduper, bits: &[BitAddr]) -> Result<Vec<Cell>, StorageError> {
         Self::timed("read_bits", || self.inner.read_bits(deduper, bits))
     }

@@ -139,15 +139,6 @@ pub trait Store: Send + Sync + 'static {
         BitOrder::SortedUnique
     }
 
-    /// Whether `read_bits`, `write_bits` and `read_then_write_bits` are
-    /// short, CPU-bound work that waits on no I/O, so that the engine runs
-    /// them on the async worker that received the request rather than
-    /// handing them to the blocking pool and back (two thread switches per
-    /// request). The embedded store without `fsync`; false by default.
-    fn runs_inline(&self) -> bool {
-        false
-    }
-
     /// Reads the cells of `bits`, in one storage round trip.
     fn read_bits(&self, deduper: &Deduper, bits: &[BitAddr]) -> Result<Vec<Cell>, StorageError>;
 

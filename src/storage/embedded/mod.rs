@@ -580,12 +580,6 @@ impl Store for EmbeddedStore {
         BitOrder::Any
     }
 
-    /// Reads and raises are stamps in memory, and the journal append is a
-    /// write into the page cache, unless every write is `fdatasync`ed.
-    fn runs_inline(&self) -> bool {
-        !self.inner.config.fsync
-    }
-
     fn read_bits(&self, deduper: &Deduper, bits: &[BitAddr]) -> Result<Vec<Cell>, StorageError> {
         let entry = self.inner.entry(deduper)?;
         let filter = entry.filter();
