@@ -44,7 +44,7 @@
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
@@ -150,6 +150,44 @@ struct Metrics {
     deduper_entities: Family<Labels, Counter>,
     /// The per-deduper gauges, by metric name.
     deduper_gauges: Vec<(&'static str, Family<Labels, FloatGauge>)>,
+    /// Handles of the series the request path records on, by their static
+    /// label values: found without building a label vector per call.
+    hot: Hot,
+}
+
+/// Cached handles of labelled series (clones share the family's value).
+#[derive(Default)]
+struct Hot {
+    requests: RwLock<HashMap<(&'static str, &'static str), Counter>>,
+    request_duration: RwLock<HashMap<&'static str, Histogram>>,
+    request_entities: RwLock<HashMap<&'static str, Histogram>>,
+    storage: RwLock<HashMap<&'static str, StorageSeries>>,
+}
+
+/// The three series of one storage operation.
+#[derive(Clone)]
+struct StorageSeries {
+    calls: Counter,
+    errors: Counter,
+    duration: Histogram,
+}
+
+/// The handle cached under `key`, made by `make` on first use.
+fn cached<K: std::hash::Hash + Eq + Copy, M: Clone>(
+    cache: &RwLock<HashMap<K, M>>,
+    key: K,
+    make: impl FnOnce() -> M,
+) -> M {
+    if let Some(m) = cache.read().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        return m.clone();
+    }
+    let m = make();
+    cache
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .entry(key)
+        .or_insert(m)
+        .clone()
 }
 
 /// prometheus-client adds `_total` to a counter's name itself.
@@ -314,6 +352,7 @@ impl Metrics {
             deduper_requests,
             deduper_entities,
             deduper_gauges,
+            hot: Hot::default(),
         }
     }
 
@@ -377,19 +416,25 @@ fn op_labels(key: &'static str, value: &str) -> Labels {
 /// Records one answered Solus RPC.
 pub fn request_done(rpc: &'static str, code: &'static str, elapsed: Duration) {
     let m = m();
-    m.requests
-        .get_or_create(&vec![("rpc", rpc.to_string()), ("code", code.to_string())])
-        .inc();
-    m.request_duration
-        .get_or_create(&op_labels("rpc", rpc))
-        .observe(elapsed.as_secs_f64());
+    cached(&m.hot.requests, (rpc, code), || {
+        m.requests
+            .get_or_create(&vec![("rpc", rpc.to_string()), ("code", code.to_string())])
+            .clone()
+    })
+    .inc();
+    cached(&m.hot.request_duration, rpc, || {
+        m.request_duration.get_or_create(&op_labels("rpc", rpc)).clone()
+    })
+    .observe(elapsed.as_secs_f64());
 }
 
 /// Records the number of entities in a data request.
 pub fn request_entities(rpc: &'static str, n: usize) {
-    m().request_entities
-        .get_or_create(&op_labels("rpc", rpc))
-        .observe(n as f64);
+    let m = m();
+    cached(&m.hot.request_entities, rpc, || {
+        m.request_entities.get_or_create(&op_labels("rpc", rpc)).clone()
+    })
+    .observe(n as f64);
 }
 
 /// Adds `delta` (+1 or -1) to the in-flight gauge.
@@ -400,12 +445,19 @@ pub fn in_flight(delta: f64) {
 /// Records one storage call.
 pub fn storage_call(op: &'static str, ok: bool, elapsed: Duration) {
     let m = m();
-    let labels = op_labels("op", op);
-    m.storage_calls.get_or_create(&labels).inc();
+    let series = cached(&m.hot.storage, op, || {
+        let labels = op_labels("op", op);
+        StorageSeries {
+            calls: m.storage_calls.get_or_create(&labels).clone(),
+            errors: m.storage_errors.get_or_create(&labels).clone(),
+            duration: m.storage_duration.get_or_create(&labels).clone(),
+        }
+    });
+    series.calls.inc();
     if !ok {
-        m.storage_errors.get_or_create(&labels).inc();
+        series.errors.inc();
     }
-    m.storage_duration.get_or_create(&labels).observe(elapsed.as_secs_f64());
+    series.duration.observe(elapsed.as_secs_f64());
 }
 
 static SERIES: OnceLock<Series> = OnceLock::new();

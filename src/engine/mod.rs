@@ -13,7 +13,7 @@ use self::requests::{Kind, Record};
 use crate::clock::now_ms;
 use crate::contract::hashing;
 use crate::deduper::{self, Deduper, Level, ModelError, SizeLimits, Sizing};
-use crate::storage::{self, BitAddr, Cell, RequestKey, StorageError, Store};
+use crate::storage::{self, BitAddr, BitOrder, Cell, RequestKey, StorageError, Store};
 
 mod placement;
 pub mod records;
@@ -157,15 +157,28 @@ pub struct Engine {
     stats_settings: StatsSettings,
 }
 
-/// Entities hashed and grouped: `addrs` sorted and unique, `index[i*k + j]`
-/// the position in `addrs` of entity `i`'s `j`-th bit.
+/// Entities hashed and laid out for one storage call: `index[i*k + j]`
+/// the position in `addrs` of entity `i`'s `j`-th bit; no index when that
+/// position is `i*k + j` itself (entity order).
 struct Plan {
     k: usize,
     addrs: Vec<BitAddr>,
-    index: Vec<u32>,
+    index: Option<Vec<u32>>,
 }
 
 impl Plan {
+    /// The plan `order` asks for: sorted and unique ([`Plan::build`]), or
+    /// for [`BitOrder::Any`], grouped by shard for writes (short journal
+    /// records) and in entity order for reads, without a sort.
+    fn for_store(order: BitOrder, write: bool, d: &Deduper, entities: &[impl AsRef<[u8]>]) -> Plan {
+        match (order, write) {
+            (BitOrder::SortedUnique, _) => Self::build(d, entities),
+            (BitOrder::Any, true) => Self::by_shard(d, entities),
+            (BitOrder::Any, false) => Self::in_entity_order(d, entities),
+        }
+    }
+
+    /// Sorted and unique addresses.
     fn build(d: &Deduper, entities: &[impl AsRef<[u8]>]) -> Plan {
         let g = &d.geometry;
         let k = g.hash_functions as usize;
@@ -176,6 +189,45 @@ impl Plan {
             Self::build_packed(d, entities, bit_bits, slot_bits)
         } else {
             Self::build_pairs(d, entities)
+        }
+    }
+
+    /// Every entity's `k` bits in request order, repeats kept.
+    fn in_entity_order(d: &Deduper, entities: &[impl AsRef<[u8]>]) -> Plan {
+        let k = d.geometry.hash_functions as usize;
+        let mut addrs = Vec::with_capacity(entities.len() * k);
+        Self::hash_all(d, entities, |shard, bit, _| addrs.push(BitAddr { shard, bit }));
+        Plan { k, addrs, index: None }
+    }
+
+    /// [`Plan::in_entity_order`] with the entities grouped by shard (in
+    /// request order within a shard): one sort key per entity, not per bit.
+    fn by_shard(d: &Deduper, entities: &[impl AsRef<[u8]>]) -> Plan {
+        let plan = Self::in_entity_order(d, entities);
+        let k = plan.k;
+        if k == 0 || d.geometry.shards <= 1 {
+            return plan;
+        }
+        let mut keys: Vec<u64> = plan
+            .addrs
+            .chunks_exact(k)
+            .enumerate()
+            .map(|(i, bits)| (u64::from(bits[0].shard) << 32) | i as u64)
+            .collect();
+        radsort::sort(&mut keys);
+        let mut addrs = Vec::with_capacity(plan.addrs.len());
+        let mut index = vec![0u32; plan.addrs.len()];
+        for key in keys {
+            let i = key as u32 as usize;
+            for (j, slot) in index[i * k..(i + 1) * k].iter_mut().enumerate() {
+                *slot = (addrs.len() + j) as u32;
+            }
+            addrs.extend_from_slice(&plan.addrs[i * k..(i + 1) * k]);
+        }
+        Plan {
+            k,
+            addrs,
+            index: Some(index),
         }
     }
 
@@ -257,11 +309,21 @@ impl Plan {
             }
             index[slot as usize] = (addrs.len() - 1) as u32;
         }
-        Plan { k, addrs, index }
+        Plan {
+            k,
+            addrs,
+            index: Some(index),
+        }
     }
 
-    fn entity_bits(&self, i: usize) -> &[u32] {
-        &self.index[i * self.k..(i + 1) * self.k]
+    /// Positions in `addrs` of entity `i`'s bits, in bit order.
+    fn entity_bits(&self, i: usize) -> impl Iterator<Item = usize> + '_ {
+        let slots = i * self.k..(i + 1) * self.k;
+        let index = self.index.as_deref().map(|index| &index[slots.clone()]);
+        slots.enumerate().map(move |(j, slot)| match index {
+            Some(index) => index[j] as usize,
+            None => slot,
+        })
     }
 }
 
@@ -535,7 +597,7 @@ impl Engine {
         Self::blocking(move || {
             let now = now_ms();
             let expire = check_expire(&*store, now, ttl)?;
-            let plan = Plan::build(&d, &entities);
+            let plan = Plan::for_store(store.bit_order(), true, &d, &entities);
             let Some(key) = key else {
                 store.write_bits(&d, &plan.addrs, expire)?;
                 return Ok(entities.len() as u32);
@@ -632,12 +694,12 @@ impl Engine {
         }
         let store = self.store.clone();
         Self::blocking(move || {
-            let plan = Plan::build(&d, &entities);
+            let plan = Plan::for_store(store.bit_order(), false, &d, &entities);
             let now = now_ms();
             let cells = store.read_bits(&d, &plan.addrs)?;
             check_len(&cells, &plan)?;
             let mut absent: Vec<bool> = (0..entities.len())
-                .map(|i| plan.entity_bits(i).iter().any(|&a| !cells[a as usize].is_set(now)))
+                .map(|i| plan.entity_bits(i).any(|a| !cells[a].is_set(now)))
                 .collect();
             if !record_ids.is_empty() {
                 let replays = records::apply_replays(&entities, &record_ids, &mut absent, |ids| {
@@ -720,7 +782,7 @@ impl Engine {
         };
         let store = self.store.clone();
         Self::blocking(move || {
-            let plan = Plan::build(&d, &entities);
+            let plan = Plan::for_store(store.bit_order(), true, &d, &entities);
             let now = now_ms();
             let expire = check_expire(&*store, now, ttl)?;
             let digest = key.as_ref().map(|_| requests::digest(ttl_ms, &entities));
@@ -922,9 +984,8 @@ fn answer_of(plan: &Plan, entities: usize, cells: &[Cell], now: i64) -> Vec<bool
     let mut set: Vec<bool> = cells.iter().map(|c| c.is_set(now)).collect();
     (0..entities)
         .map(|i| {
-            let bits = plan.entity_bits(i);
-            let absent = bits.iter().any(|&a| !set[a as usize]);
-            bits.iter().for_each(|&a| set[a as usize] = true);
+            let absent = plan.entity_bits(i).any(|a| !set[a]);
+            plan.entity_bits(i).for_each(|a| set[a] = true);
             absent
         })
         .collect()

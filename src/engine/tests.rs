@@ -209,16 +209,143 @@ async fn plan_groups_duplicate_bits_and_keeps_entity_order() {
     );
     let plan = Plan::build(&d, &[b"a".as_slice(), b"b", b"a"]);
     assert!(plan.addrs.len() <= 2, "two bits in the only shard: {:?}", plan.addrs);
-    assert_eq!(plan.entity_bits(0), plan.entity_bits(2), "same entity, same bits");
+    assert_eq!(
+        plan.entity_bits(0).collect::<Vec<_>>(),
+        plan.entity_bits(2).collect::<Vec<_>>(),
+        "same entity, same bits"
+    );
     for i in 0..3 {
         let mut expected = [0u32; 3];
         hashing::bit_positions([b"a".as_slice(), b"b", b"a"][i], 2, &mut expected);
-        let got: Vec<u32> = plan
-            .entity_bits(i)
-            .iter()
-            .map(|&a| plan.addrs[a as usize].bit)
-            .collect();
+        let got: Vec<u32> = plan.entity_bits(i).map(|a| plan.addrs[a].bit).collect();
         assert_eq!(got, expected);
+    }
+}
+
+/// The addresses of entity `i` in a plan, in bit order.
+fn addrs_of(plan: &Plan, i: usize) -> Vec<BitAddr> {
+    plan.entity_bits(i).map(|a| plan.addrs[a]).collect()
+}
+
+#[test]
+fn unsorted_plans_give_every_entity_the_sorted_plans_bits() {
+    for (shards, bits_per_shard, k) in [(1, 2, 3), (7, 1_000, 7), (458, 1 << 20, 7)] {
+        let d = Deduper::new(
+            "c",
+            "d",
+            Geometry {
+                hash_functions: k,
+                shards,
+                bits_per_shard,
+            },
+            60,
+            Level::Global,
+            0,
+        );
+        let entities: Vec<Vec<u8>> = (0..1_500u32).map(|i| format!("e{}", i % 1_000).into_bytes()).collect();
+        let sorted = Plan::for_store(BitOrder::SortedUnique, false, &d, &entities);
+        let read = Plan::for_store(BitOrder::Any, false, &d, &entities);
+        let write = Plan::for_store(BitOrder::Any, true, &d, &entities);
+        let n = entities.len() * k as usize;
+        assert_eq!((read.addrs.len(), write.addrs.len()), (n, n), "repeats kept");
+        assert!(read.index.is_none(), "reads in entity order need no index");
+        for i in 0..entities.len() {
+            let want = addrs_of(&sorted, i);
+            assert_eq!(addrs_of(&read, i), want, "entity {i}, {shards} x {bits_per_shard}");
+            assert_eq!(addrs_of(&write, i), want, "entity {i}, {shards} x {bits_per_shard}");
+            assert_eq!(&read.addrs[i * k as usize..(i + 1) * k as usize], want.as_slice());
+        }
+        // Writes: one run per shard, ascending, its entities in request order.
+        let runs: Vec<u32> = write
+            .addrs
+            .chunk_by(|a, b| a.shard == b.shard)
+            .map(|r| r[0].shard)
+            .collect();
+        assert!(runs.windows(2).all(|w| w[0] < w[1]), "one run per shard: {runs:?}");
+        let firsts: Vec<usize> = (0..entities.len())
+            .map(|i| write.entity_bits(i).next().unwrap())
+            .collect();
+        for i in 0..entities.len() {
+            for j in i + 1..entities.len() {
+                if write.addrs[firsts[i]].shard == write.addrs[firsts[j]].shard {
+                    assert!(
+                        firsts[i] < firsts[j],
+                        "request order within shard {}",
+                        write.addrs[firsts[i]].shard
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The engine over the embedded store (bits unsorted, repeats kept, each
+/// read just before its raise) answers exactly as the definition: an
+/// entity is absent when one of its bits is neither set before the request
+/// nor set by an earlier entity of it. Tiny filters make bits repeat within
+/// entities and across them.
+#[tokio::test]
+async fn embedded_answers_match_the_definition_with_repeated_bits() {
+    use crate::storage::embedded::{EmbeddedConfig, EmbeddedStore};
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+    for (shards, bits_per_shard, k) in [(1, 5, 4), (3, 40, 3), (16, 4096, 7)] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(
+            EmbeddedStore::open(EmbeddedConfig {
+                path: dir.path().to_path_buf(),
+                ..EmbeddedConfig::default()
+            })
+            .unwrap(),
+        );
+        assert_eq!(store.bit_order(), BitOrder::Any);
+        let engine = Engine::new(store.clone(), Limits::default());
+        engine
+            .create_deduper(CreateSpec {
+                client_id: "c".into(),
+                name: "d".into(),
+                hash_functions: k,
+                shards,
+                bits_per_shard,
+                expiry_seconds: 600,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let mut set: HashSet<BitAddr> = HashSet::new();
+        let bits = |e: &[u8]| -> Vec<BitAddr> {
+            let mut b = vec![0u32; k as usize];
+            hashing::bit_positions(e, bits_per_shard, &mut b);
+            let shard = hashing::shard_of(e, shards);
+            b.into_iter().map(|bit| BitAddr { shard, bit }).collect()
+        };
+        let mut rng = StdRng::seed_from_u64(u64::from(shards));
+        let mut absents = 0;
+        for round in 0..20 {
+            let batch: Vec<Vec<u8>> = (0..200)
+                .map(|_| format!("e{}", rng.random_range(0..2_000)).into_bytes())
+                .collect();
+            let checked = engine.check_absence("c", "d", batch.clone()).await.unwrap();
+            let want: Vec<bool> = batch.iter().map(|e| bits(e).iter().any(|b| !set.contains(b))).collect();
+            assert_eq!(checked, want, "check, round {round}, {shards} x {bits_per_shard}");
+            let added = engine.add_if_absent("c", "d", batch.clone(), 0).await.unwrap();
+            let want: Vec<bool> = batch
+                .iter()
+                .map(|e| {
+                    let b = bits(e);
+                    let absent = b.iter().any(|b| !set.contains(b));
+                    set.extend(b);
+                    absent
+                })
+                .collect();
+            assert_eq!(added, want, "add_if_absent, round {round}, {shards} x {bits_per_shard}");
+            absents += want.iter().filter(|&&a| a).count();
+        }
+        assert!(absents > 0, "some entity was new");
+        let last: Vec<Vec<u8>> = (0..2_000).map(|i| format!("e{i}").into_bytes()).collect();
+        let checked = engine.check_absence("c", "d", last.clone()).await.unwrap();
+        let want: Vec<bool> = last.iter().map(|e| bits(e).iter().any(|b| !set.contains(b))).collect();
+        assert_eq!(checked, want);
     }
 }
 

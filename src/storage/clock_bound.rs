@@ -187,6 +187,10 @@ impl Store for ClockBoundStore {
         self.inner.kind()
     }
 
+    fn bit_order(&self) -> super::BitOrder {
+        self.inner.bit_order()
+    }
+
     fn read_bits(&self, deduper: &Deduper, bits: &[BitAddr]) -> Result<Vec<Cell>, StorageError> {
         self.may_judge_expiry()?;
         self.inner.read_bits(deduper, bits)

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{
-    BeforeWrite, BitAddr, BitStats, Cell, Change, ClockOffset, RecordFingerprint, RequestKey, StorageError, Store,
+    BeforeWrite, BitAddr, BitOrder, BitStats, Cell, Change, ClockOffset, RecordFingerprint, RequestKey, StorageError,
+    Store,
 };
 use crate::deduper::Deduper;
 use crate::metrics;
@@ -34,6 +35,10 @@ impl MeteredStore {
 impl Store for MeteredStore {
     fn kind(&self) -> &'static str {
         self.inner.kind()
+    }
+
+    fn bit_order(&self) -> BitOrder {
+        self.inner.bit_order()
     }
 
     fn read_bits(&self, deduper: &Deduper, bits: &[BitAddr]) -> Result<Vec<Cell>, StorageError> {

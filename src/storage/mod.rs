@@ -109,11 +109,35 @@ pub enum StorageError {
     Capacity(String),
 }
 
-/// A storage backend. `bits` slices are sorted and free of duplicates; read
+/// How the engine lays out the `bits` of a request for a backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BitOrder {
+    /// Sorted by (shard, bit) and free of duplicates: one grouped round trip
+    /// per request for a remote backend (HBase).
+    SortedUnique,
+    /// Any order, repeats kept: reads come in entity order (an entity's `k`
+    /// bits in a row), writes grouped by shard (the entities of one shard in
+    /// request order). Saves the engine's sort for a backend that reaches
+    /// each bit directly (the embedded store). A repeated address is read
+    /// and raised once per occurrence, so in `read_then_write_bits` a later
+    /// occurrence may read the raise of an earlier one: the engine counts
+    /// the bits of earlier entities as set anyway, and an entity whose own
+    /// bits repeat has its first occurrence read as it was.
+    Any,
+}
+
+/// A storage backend. `bits` slices are sorted and free of duplicates
+/// unless the backend's [`Store::bit_order`] is [`BitOrder::Any`]; read
 /// results come back in the same order, one [`Cell`] per address.
 pub trait Store: Send + Sync + 'static {
     /// Short name for logs: `embedded`, `hbase`.
     fn kind(&self) -> &'static str;
+
+    /// The layout of `bits` this backend takes; sorted and unique unless it
+    /// says otherwise.
+    fn bit_order(&self) -> BitOrder {
+        BitOrder::SortedUnique
+    }
 
     /// Reads the cells of `bits`, in one storage round trip.
     fn read_bits(&self, deduper: &Deduper, bits: &[BitAddr]) -> Result<Vec<Cell>, StorageError>;

@@ -263,8 +263,8 @@ pub struct Filter {
 
 impl Filter {
     /// An empty filter of `geometry` whose ticks last `tick_ms` ms (a whole
-    /// number of seconds, see [`tick_ms_for`]). Its stamps take memory as
-    /// they are first written (see [`super::region`]).
+    /// number of seconds, see [`tick_ms_for`]). Its stamps take their memory when
+    /// it is made (see [`super::region`]).
     pub fn new(geometry: &Geometry, tick_ms: u64) -> Filter {
         let page_len = geometry.bits_per_shard.clamp(1, PAGE_BITS);
         let pages_per_shard = geometry.bits_per_shard.div_ceil(page_len);

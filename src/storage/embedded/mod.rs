@@ -56,7 +56,9 @@ use serde::Deserialize;
 use self::filter::{Filter, tick_ms_for};
 use self::records::Records;
 use self::requests::Requests;
-use super::{BeforeWrite, BitAddr, BitStats, Cell, Change, RecordFingerprint, RequestKey, StorageError, Store};
+use super::{
+    BeforeWrite, BitAddr, BitOrder, BitStats, Cell, Change, RecordFingerprint, RequestKey, StorageError, Store,
+};
 use crate::clock::now_ms;
 use crate::deduper::Deduper;
 
@@ -568,6 +570,14 @@ impl Inner {
 impl Store for EmbeddedStore {
     fn kind(&self) -> &'static str {
         "embedded"
+    }
+
+    /// Each bit is one stamp reached directly: no sort needed, and a repeat
+    /// costs one more (cached) stamp access. Journal records are encoded per
+    /// run of one shard, which writes grouped by shard keep as short as
+    /// sorted ones.
+    fn bit_order(&self) -> BitOrder {
+        BitOrder::Any
     }
 
     fn read_bits(&self, deduper: &Deduper, bits: &[BitAddr]) -> Result<Vec<Cell>, StorageError> {

@@ -56,6 +56,35 @@ pub struct Records {
     /// a restarted process does not reuse the keys of live batches.
     nonce: AtomicU64,
     state: Mutex<State>,
+    /// `state.count`, published whenever the lock is released, so that
+    /// [`Records::count`] (read after every remembering call, for the
+    /// metrics gauge) takes no second lock.
+    held: AtomicU64,
+}
+
+/// The locked state; publishes its count to [`Records::held`] on release.
+struct Locked<'a> {
+    state: std::sync::MutexGuard<'a, State>,
+    held: &'a AtomicU64,
+}
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.state
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.state
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        self.held.store(self.state.count, Ordering::Relaxed);
+    }
 }
 
 /// The 128-bit hash a record id is kept under.
@@ -92,11 +121,15 @@ impl Records {
             budget_bytes,
             nonce: AtomicU64::new(rand::random()),
             state: Mutex::new(State::default()),
+            held: AtomicU64::new(0),
         }
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    fn state(&self) -> Locked<'_> {
+        Locked {
+            state: self.state.lock().unwrap_or_else(|p| p.into_inner()),
+            held: &self.held,
+        }
     }
 
     /// The unexpired fingerprints of `ids` at `now_ms`, in order.
@@ -241,7 +274,7 @@ impl Records {
 
     /// Records held in memory now (expired ones until swept).
     pub fn count(&self) -> u64 {
-        self.state().count
+        self.held.load(Ordering::Relaxed)
     }
 }
 

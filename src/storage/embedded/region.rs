@@ -5,9 +5,15 @@
 //! 4 KiB pages a filter of hundreds of MB misses the TLB on nearly every
 //! one; with 2 MiB transparent huge pages (`madvise(MADV_HUGEPAGE)`, see the
 //! kernel's `Documentation/admin-guide/mm/transhuge.rst`) the page table of
-//! a 480 MB filter fits the TLB. An anonymous mapping is also zero-filled
-//! and faulted in lazily by the kernel, so untouched parts of a sparse
-//! filter take no memory, and `munmap` on drop returns it all at once.
+//! a 480 MB filter fits the TLB. An anonymous mapping is also zero-filled by
+//! the kernel, and `munmap` on drop returns it all at once.
+//!
+//! The region is faulted in when it is made (`MADV_POPULATE_WRITE`), not by
+//! the first writes: random bits touch every 2 MiB page of a filter within
+//! its first few thousand writes anyway, and faulting them in from there
+//! cost those requests the zeroing of the whole filter - seconds, under the
+//! deduper's lock, when a busy machine had to compact memory for huge pages.
+//! The memory budget counts every filter in full already.
 
 use std::sync::atomic::AtomicU8;
 
@@ -67,6 +73,7 @@ impl Region {
         // SAFETY: `offset < HUGE_PAGE`, so `offset + len <= map_len`.
         let start = unsafe { map.add(offset) };
         advise_huge(start, len);
+        populate(start, len);
         Region {
             map,
             map_len,
@@ -99,6 +106,25 @@ fn advise_huge(start: *mut u8, len: usize) {
     }
     #[cfg(not(target_os = "linux"))]
     let _ = (start, len);
+}
+
+/// Faults `start..start + len` in, writable (huge pages where granted):
+/// `MADV_POPULATE_WRITE` (Linux 5.14), else one write of zero per 4 KiB page.
+fn populate(start: *mut u8, len: usize) {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: `start` is page aligned (the mapping's start, or a huge
+        // page boundary inside it) and `start..start + len` lies inside our
+        // own mapping; populating only faults in its zeroed pages.
+        if unsafe { libc::madvise(start.cast(), len, libc::MADV_POPULATE_WRITE) } == 0 {
+            return;
+        }
+    }
+    for offset in (0..len).step_by(4096) {
+        // SAFETY: inside the mapping, which nothing else references yet;
+        // the byte is zero already, so the write changes no value.
+        unsafe { start.add(offset).write_volatile(0) };
+    }
 }
 
 impl Drop for Region {
