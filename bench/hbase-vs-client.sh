@@ -63,7 +63,14 @@ work="$(mktemp -d /tmp/solus-hbase-vs-client.XXXXXX)"
 server_pid=""
 own_hbase=""
 cleanup() {
+    local rc=$?
     [[ -z "$server_pid" ]] || kill "$server_pid" 2>/dev/null || true
+    if ((rc != 0)) && [[ -d "$work" ]]; then # keep the logs of a failed run, drop the data
+        keep="$(mktemp -d /tmp/solus-hbase-vs-client-logs.XXXXXX)"
+        cp "$work"/*.log "$keep"/ 2>/dev/null || true
+        [[ -z "$own_hbase" ]] || cp -r "$own_hbase/logs" "$keep/hbase-logs" 2>/dev/null || true
+        echo "bench/hbase-vs-client.sh: failed; logs kept in $keep" >&2
+    fi
     [[ -z "$own_hbase" ]] || deploy/hbase/standalone.sh stop "$own_hbase" >/dev/null 2>&1 || true
     rm -rf "$work"
 }
@@ -104,7 +111,7 @@ hbase_alive() {
     for name in master thrift; do
         if ! kill -0 "$(cat "$dir/$name.pid")" 2>/dev/null; then
             grep -h -m 3 -E 'OutOfMemoryError|Killed|FATAL' "$dir/logs/$name.log" >&2 || true
-            die "the HBase $name JVM died during the last run (logs in $dir/logs; $dir kept for a look)"
+            die "the HBase $name JVM died during the last run"
         fi
     done
 }
@@ -175,8 +182,8 @@ run() {
             --concurrency "$concurrency" --key-space "$key_space" --duration "$seconds" --json --quiet | tail -n 1)" ||
             die "solus bench failed (server log: $work/serve.log)"
     fi
-    m1="$(cpu_s "$master_pid")"; t1="$(cpu_s "$thrift_pid")"
     hbase_alive
+    m1="$(cpu_s "$master_pid")"; t1="$(cpu_s "$thrift_pid")"
     echo "$out" >>"$work/raw"
     python3 - "$out" "$m0" "$m1" "$t0" "$t1" >"$work/last" <<'EOF'
 import json, sys

@@ -424,6 +424,8 @@ public final class HBaseClientBench {
     Configuration conf = HBaseConfiguration.create();
     conf.set("hbase.zookeeper.quorum", o.zkQuorum);
     conf.setInt("hbase.zookeeper.property.clientPort", o.zkPort);
+    // A dead HBase fails a request within a minute (the default retries for 20), so a run ends near its duration.
+    conf.setInt("hbase.client.operation.timeout", 60_000);
     try (Connection conn = ConnectionFactory.createConnection(conf)) {
       readGeometry(conn, o);
       System.err.printf(Locale.ROOT,
