@@ -190,7 +190,7 @@ import json, sys
 r = json.loads(sys.argv[1])
 m0, m1, t0, t1 = map(float, sys.argv[2:6])
 failed = r.get("failed_requests", sum(r.get("errors", {}).values()))
-k = max(r["entities"], 1) / 1000
+k = r["entities"] / 1000 or float("nan")  # no entity answered: no CPU per entity
 print(f'{r["entities_per_second"]:.0f} {r["latency_p99_ms"]:.1f} {failed} {(m1 - m0) / k:.4f} {(t1 - t0) / k:.4f}')
 EOF
 }
@@ -207,6 +207,9 @@ for b in $batch $big_batch; do
                 read -r eps p99 failed cpu_rs cpu_th <"$work/last"
                 echo "   $eps entities/s, p99 $p99 ms, failed $failed, HBase CPU s / 1k entities: region server $cpu_rs, Thrift $cpu_th" >&2
                 rows+=("$op $b $round $system $eps $p99 $failed $cpu_rs $cpu_th")
+                if [[ "$system" == solus && "$failed" != 0 ]]; then
+                    echo "   last failure in the server log: $(grep 'request failed' "$work/serve.log" | tail -n 1 | cut -c1-400)" >&2
+                fi
             done
         done
     done
