@@ -23,7 +23,8 @@
 # SOLUS_READ_LEGACY_MARKERS (passed to the server when set), RAW_OUT (a file
 # that gets every run's JSON line). SOLUS_HBASE_HEAP / SOLUS_HBASE_THRIFT_HEAP
 # as deploy/hbase/standalone.sh. Needs Java 11+, Maven, Python 3; cargo unless
-# SOLUS_BIN is set. Takes about 3 + 12 x BENCH_SECONDS/60 minutes (6-7 by default).
+# SOLUS_BIN is set. Takes about 10 minutes by default (12 runs of BENCH_SECONDS,
+# a batch-10,000 request can run past it; HBase start-up; the cross-check).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$(pwd)"
