@@ -47,8 +47,8 @@
 # Environment:
 #   SOLUS_HBASE_CACHE          jar classpath cache (default ~/.cache/solus-hbase);
 #                              the jars themselves live in Maven's local repository
-#   SOLUS_HBASE_HEAP           master/region-server heap (default 768m)
-#   SOLUS_HBASE_THRIFT_HEAP    each Thrift server's heap (default 256m)
+#   SOLUS_HBASE_HEAP           master/region-server heap (default 2g)
+#   SOLUS_HBASE_THRIFT_HEAP    each Thrift server's heap (default 1g)
 #   SOLUS_HBASE_START_TIMEOUT  seconds to wait for readiness (default 240)
 #   SOLUS_HBASE_THRIFT_INFO_PORT  web UI port of the (buffered) Thrift server,
 #                              whose /jmx counts calls per Thrift method (default off)
@@ -67,8 +67,8 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 project="$here/standalone"
 cache="${SOLUS_HBASE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/solus-hbase}"
-heap="${SOLUS_HBASE_HEAP:-768m}"
-thrift_heap="${SOLUS_HBASE_THRIFT_HEAP:-256m}"
+heap="${SOLUS_HBASE_HEAP:-2g}"
+thrift_heap="${SOLUS_HBASE_THRIFT_HEAP:-1g}"
 timeout_s="${SOLUS_HBASE_START_TIMEOUT:-240}"
 java="${JAVA_HOME:+$JAVA_HOME/bin/}java"
 
