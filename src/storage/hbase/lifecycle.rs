@@ -91,7 +91,7 @@ impl HbaseStore {
         }
         let shards: Vec<u32> = (0..stored.geometry.shards).collect();
         let what = format!("deleteAllRowTs {table}");
-        in_parallel(&shards, |&shard| {
+        in_parallel(&shards, self.parallel_calls(), |&shard| {
             let row = layout::data_row_key(shard, &stored.client_id, &stored.name);
             self.tables.on_table(&self.pool, &table, &what, || {
                 self.pool.call(Retry::Idempotent, |c| {

@@ -47,8 +47,12 @@ pub type Client = HbaseSyncClient<Box<dyn TInputProtocol + Send>, Box<dyn TOutpu
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HbaseError {
     /// No connection could be had, or it failed mid-call (I/O error,
-    /// timeout, garbled answer). Retryable.
+    /// garbled answer). Retryable.
     Connection(String),
+    /// No answer within the socket timeout. Not retried: HBase is likely
+    /// still working on the call, and repeating it would only add to the
+    /// load that made it slow.
+    TimedOut(String),
     /// HBase answered `IOError`; `retry` is its `canRetry` flag.
     Io { message: String, retry: bool },
     /// HBase answered `IllegalArgument`.
@@ -83,7 +87,7 @@ impl HbaseError {
     /// that failed (`what`) and HBase's message.
     pub fn into_storage(self, what: &str) -> StorageError {
         let detail = match self {
-            HbaseError::Connection(m) => m,
+            HbaseError::Connection(m) | HbaseError::TimedOut(m) => m,
             HbaseError::Io { message, .. } => format!("HBase IOError: {message}"),
             HbaseError::IllegalArgument(m) => format!("HBase IllegalArgument: {m}"),
             HbaseError::AlreadyExists(m) => format!("HBase AlreadyExists: {m}"),
@@ -142,7 +146,7 @@ fn classify(e: thrift::Error, peer: SocketAddr, timeouts: Timeouts, broken: &mut
         }
         thrift::Error::Transport(t) if is_timeout(&t) => {
             *broken = true;
-            HbaseError::Connection(format!(
+            HbaseError::TimedOut(format!(
                 "call to {peer} timed out: no answer within storage.hbase.read_timeout_ms = {} ms \
                  (or the request not sent within write_timeout_ms = {} ms) ({})",
                 timeouts.read_ms, timeouts.write_ms, t.message
@@ -329,7 +333,15 @@ impl Pool {
             down: down.clone(),
             generation: generation.clone(),
         };
-        let checkout_timeout = Duration::from_millis(config.connect_timeout_ms.max(10));
+        // A busy pool frees a connection within one call's read timeout:
+        // waiting only the connect timeout would fail requests split into
+        // many calls whenever HBase answers slower than that.
+        let checkout_timeout = Duration::from_millis(
+            config
+                .connect_timeout_ms
+                .saturating_add(config.read_timeout_ms)
+                .max(10),
+        );
         let pool = r2d2::Pool::builder()
             .max_size(config.pool_size)
             .min_idle(Some(config.pool_size.min(2)))
@@ -471,7 +483,8 @@ mod tests {
         ] {
             let (e, broken) = classified(e);
             assert!(broken);
-            let HbaseError::Connection(m) = e else { panic!("{e:?}") };
+            assert!(!e.retryable(), "a timed-out call is not repeated");
+            let HbaseError::TimedOut(m) = e else { panic!("{e:?}") };
             assert!(
                 m.contains("timed out") && m.contains("read_timeout_ms = 300 ms") && m.contains("400 ms"),
                 "{m}"
@@ -479,5 +492,6 @@ mod tests {
         }
         let (e, _) = classified(io::Error::from(io::ErrorKind::ConnectionReset));
         assert!(!format!("{e:?}").contains("timed out"), "{e:?}");
+        assert!(e.retryable());
     }
 }
