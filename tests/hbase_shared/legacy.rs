@@ -53,7 +53,7 @@ fn put_legacy_config(raw: &mut RawClient, name: &str) {
         ("utime", now.to_be_bytes().to_vec()),
         ("expiry", 3600_i64.to_be_bytes().to_vec()),
     ];
-    let mutations = cells
+    let mutations: Vec<Mutation> = cells
         .into_iter()
         .map(|(q, v)| Mutation::new(false, format!("C:{q}").into_bytes(), v, true))
         .collect();

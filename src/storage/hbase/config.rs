@@ -97,20 +97,21 @@ pub struct HbaseConfig {
     pub protocol: Protocol,
     /// Most open Thrift connections (one call at a time each). Default 16.
     pub pool_size: u32,
-    /// TCP connect timeout per address, in ms. The wait for a free pooled
-    /// connection is bounded by this plus `read_timeout_ms`. Default 1,000.
+    /// TCP connect timeout per address, in ms; also bounds the wait for a
+    /// free pooled connection, plus `read_timeout_ms` when every connection
+    /// is open and busy (one frees within a call). Default 1,000.
     pub connect_timeout_ms: u64,
     /// Socket read timeout, in ms: the longest wait for any part of an
     /// answer. Reads are split into per-row calls of at most
     /// `max_cells_per_read` columns, so it bounds small calls whatever the
-    /// batch. A call that timed out is not retried (HBase is likely still
-    /// working on it). Default 5,000.
+    /// batch. A call that timed out is retried once at most (HBase is likely
+    /// still working on it). Default 5,000.
     pub read_timeout_ms: u64,
     /// Socket write timeout, in ms. Default 5,000.
     pub write_timeout_ms: u64,
     /// Extra attempts of an idempotent call (reads, bit writes, config reads)
-    /// after a connection failure or a retryable HBase `IOError` (not after a
-    /// timeout, see `read_timeout_ms`). Default 2.
+    /// after a connection failure or a retryable HBase `IOError` (after a
+    /// timeout once at most, see `read_timeout_ms`). Default 2.
     pub retries: u32,
     /// Wait before the first retry, in ms; doubles on each further retry.
     /// Default 50.

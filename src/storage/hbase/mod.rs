@@ -216,7 +216,7 @@ impl HbaseStore {
             bits = bits.len(),
             "HBase read plan"
         );
-        let results: Vec<TRowResult> = in_parallel(&groups, self.parallel_calls(), |g| self.read_group(&table, g))?
+        let results: Vec<TRowResult> = in_parallel(&groups, self.parallel_calls(), OnError::Stop, |g| self.read_group(&table, g))?
             .into_iter()
             .flatten()
             .collect();
@@ -251,7 +251,7 @@ impl HbaseStore {
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
-        let won = in_parallel(&shards, self.parallel_calls(), |&shard| {
+        let won = in_parallel(&shards, self.parallel_calls(), OnError::Continue, |&shard| {
             let row = layout::data_row_key(shard, &d.client_id, &d.name);
             let expected = guards.get(&row).map(Vec::as_slice).unwrap_or_default();
             guard::swap(&self.pool, &self.tables, &table, &row, expected, ttl_ms)
@@ -288,7 +288,7 @@ impl HbaseStore {
         let calls = data::write_calls(d, bits, expire_ms, self.config.max_request_bytes);
         let ttl_ms = i64::try_from(d.expiry_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
         let what = format!("mutateRowsTs {table}");
-        in_parallel(&calls, self.parallel_calls(), |batches| {
+        in_parallel(&calls, self.parallel_calls(), OnError::Continue, |batches| {
             // Idempotent: a replayed put carries the same timestamp and value.
             self.tables.on_table(&self.pool, &table, &what, || {
                 self.pool.call(Retry::Idempotent, |c| {
@@ -323,16 +323,26 @@ fn parallel_calls(pool_size: u32) -> usize {
     (pool_size as usize / 2).clamp(1, MAX_PARALLEL_CALLS)
 }
 
+/// What [`in_parallel`] does with the calls not started yet once one failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OnError {
+    /// Make them anyway (writes: every write that lands is progress).
+    Continue,
+    /// Skip them (reads: the request fails anyway, and an overloaded HBase
+    /// gets no more of its work).
+    Stop,
+}
+
 /// Runs `f` on every item: directly for one (the usual case), else on up to
 /// `threads` threads, each taking its own pooled connection, so a request
 /// split into many calls cannot spawn a thread per call. The first error
-/// wins; calls already running finish, the ones not started yet are not
-/// made (the request fails anyway, and an overloaded HBase gets no more of
-/// its work; every call here is idempotent, so a retry of the request redoes
-/// them).
+/// wins; calls already running finish, the ones not started yet are made
+/// or skipped by `on_error` (every call here is idempotent, so a retry of
+/// the request redoes them).
 fn in_parallel<T: Sync, R: Send>(
     items: &[T],
     threads: usize,
+    on_error: OnError,
     f: impl Fn(&T) -> Result<R, StorageError> + Sync,
 ) -> Result<Vec<R>, StorageError> {
     if let [one] = items {
@@ -352,7 +362,7 @@ fn in_parallel<T: Sync, R: Send>(
                         loop {
                             let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                             let Some(item) = items.get(i) else { break };
-                            if failed.load(std::sync::atomic::Ordering::Relaxed) {
+                            if on_error == OnError::Stop && failed.load(std::sync::atomic::Ordering::Relaxed) {
                                 break;
                             }
                             let r = f(item);
@@ -547,7 +557,7 @@ mod tests {
     fn in_parallel_bounds_threads_keeps_order_and_reports_errors() {
         let (running, peak) = (AtomicUsize::new(0), AtomicUsize::new(0));
         let items: Vec<u32> = (0..1000).collect();
-        let out = in_parallel(&items, MAX_PARALLEL_CALLS, |&i| {
+        let out = in_parallel(&items, MAX_PARALLEL_CALLS, OnError::Continue, |&i| {
             let now = running.fetch_add(1, Ordering::SeqCst) + 1;
             peak.fetch_max(now, Ordering::SeqCst);
             std::thread::sleep(std::time::Duration::from_micros(50));
@@ -559,7 +569,7 @@ mod tests {
         let peak = peak.load(Ordering::SeqCst);
         assert!((2..=MAX_PARALLEL_CALLS).contains(&peak), "peak {peak} concurrent calls");
         let made = AtomicUsize::new(0);
-        let failed = in_parallel(&items, MAX_PARALLEL_CALLS, |&i| {
+        let failed = in_parallel(&items, MAX_PARALLEL_CALLS, OnError::Stop, |&i| {
             made.fetch_add(1, Ordering::SeqCst);
             std::thread::sleep(std::time::Duration::from_micros(50));
             if i % 300 == 7 {
@@ -572,6 +582,13 @@ mod tests {
         // Calls not started when one failed are not made.
         let made = made.load(Ordering::SeqCst);
         assert!((8..=7 + 2 * MAX_PARALLEL_CALLS).contains(&made), "{made} calls made");
+        let made = AtomicUsize::new(0);
+        let failed = in_parallel(&items, MAX_PARALLEL_CALLS, OnError::Continue, |&i| {
+            made.fetch_add(1, Ordering::SeqCst);
+            if i == 7 { Err(StorageError::Unavailable("7".into())) } else { Ok(i) }
+        });
+        assert!(failed.is_err());
+        assert_eq!(made.load(Ordering::SeqCst), 1000, "writes all made");
     }
 
     #[test]
@@ -581,7 +598,7 @@ mod tests {
             [1, 1, 2, MAX_PARALLEL_CALLS, MAX_PARALLEL_CALLS]
         );
         let (running, peak) = (AtomicUsize::new(0), AtomicUsize::new(0));
-        in_parallel(&[0u8; 40], parallel_calls(4), |_| {
+        in_parallel(&[0u8; 40], parallel_calls(4), OnError::Continue, |_| {
             peak.fetch_max(running.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
             std::thread::sleep(std::time::Duration::from_micros(200));
             running.fetch_sub(1, Ordering::SeqCst);
