@@ -148,8 +148,16 @@ pub async fn auto_legacy_markers_follow_who_created_the_deduper(b: &TestBackend)
             .collect();
         put(&mut raw, row, cells);
     }
-    assert_eq!(absent(&s, "c", "ours", &["marked"]).await, [true], "auto: no marker asked");
-    assert_eq!(absent(&s, "c", "theirs", &["marked"]).await, [false], "auto: markers read");
+    assert_eq!(
+        absent(&s, "c", "ours", &["marked"]).await,
+        [true],
+        "auto: no marker asked"
+    );
+    assert_eq!(
+        absent(&s, "c", "theirs", &["marked"]).await,
+        [false],
+        "auto: markers read"
+    );
     assert_eq!(add_if_absent(&s, "c", "theirs", &["marked"], 0).await, [false]);
 
     let mut always = b.settings.clone();

@@ -181,7 +181,10 @@ pub fn deduper_mutations(d: &Deduper) -> Vec<Mutation> {
         meta(CREATE_TIME, d.create_time_ms.to_be_bytes().to_vec()),
         meta(UPDATE_TIME, d.update_time_ms.to_be_bytes().to_vec()),
         meta(EXPIRY, (d.expiry_seconds as i64).to_be_bytes().to_vec()),
-        meta(LEGACY_MARKERS, layout::encode_legacy(d.may_hold_legacy_markers).to_vec()),
+        meta(
+            LEGACY_MARKERS,
+            layout::encode_legacy(d.may_hold_legacy_markers).to_vec(),
+        ),
     ];
     if let (Some(n), Some(p)) = (d.expected_insertions, d.false_positive_rate) {
         out.push(meta(EXPECTED_INSERTIONS, (n as i64).to_be_bytes().to_vec()));

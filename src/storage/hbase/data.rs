@@ -368,7 +368,11 @@ mod tests {
         assert_eq!(groups.len(), 1);
         let rows: HashSet<u32> = ten.iter().map(|a| a.shard).collect();
         assert_eq!(groups[0].rows.len(), rows.len());
-        assert!(rows.len() > 3 && groups[0].asked() <= UNION_CELLS, "{} rows", rows.len());
+        assert!(
+            rows.len() > 3 && groups[0].asked() <= UNION_CELLS,
+            "{} rows",
+            rows.len()
+        );
         assert_eq!(groups[0].columns.len(), ten.len(), "70 distinct bits, no duplicates");
     }
 

@@ -216,10 +216,12 @@ impl HbaseStore {
             bits = bits.len(),
             "HBase read plan"
         );
-        let results: Vec<TRowResult> = in_parallel(&groups, self.parallel_calls(), OnError::Stop, |g| self.read_group(&table, g))?
-            .into_iter()
-            .flatten()
-            .collect();
+        let results: Vec<TRowResult> = in_parallel(&groups, self.parallel_calls(), OnError::Stop, |g| {
+            self.read_group(&table, g)
+        })?
+        .into_iter()
+        .flatten()
+        .collect();
         data::decode_rows(d, bits, &results, &mut cells)?;
         if guards_with_bits {
             guard_values = guard::values(&results);
@@ -381,16 +383,14 @@ fn in_parallel<T: Sync, R: Send>(
     results
         .into_iter()
         .map(|m| {
-            m.into_inner()
-                .unwrap_or_else(|p| p.into_inner())
-                .unwrap_or_else(|| {
-                    let why = if failed.load(std::sync::atomic::Ordering::Relaxed) {
-                        "HBase call not made: an earlier call of the request failed"
-                    } else {
-                        "HBase call thread panicked"
-                    };
-                    Err(StorageError::Unavailable(why.into()))
-                })
+            m.into_inner().unwrap_or_else(|p| p.into_inner()).unwrap_or_else(|| {
+                let why = if failed.load(std::sync::atomic::Ordering::Relaxed) {
+                    "HBase call not made: an earlier call of the request failed"
+                } else {
+                    "HBase call thread panicked"
+                };
+                Err(StorageError::Unavailable(why.into()))
+            })
         })
         .collect()
 }
@@ -585,7 +585,11 @@ mod tests {
         let made = AtomicUsize::new(0);
         let failed = in_parallel(&items, MAX_PARALLEL_CALLS, OnError::Continue, |&i| {
             made.fetch_add(1, Ordering::SeqCst);
-            if i == 7 { Err(StorageError::Unavailable("7".into())) } else { Ok(i) }
+            if i == 7 {
+                Err(StorageError::Unavailable("7".into()))
+            } else {
+                Ok(i)
+            }
         });
         assert!(failed.is_err());
         assert_eq!(made.load(Ordering::SeqCst), 1000, "writes all made");

@@ -339,12 +339,8 @@ impl Pool {
             generation: generation.clone(),
         };
         let checkout_timeout = Duration::from_millis(config.connect_timeout_ms.max(10));
-        let busy_timeout = Duration::from_millis(
-            config
-                .connect_timeout_ms
-                .saturating_add(config.read_timeout_ms)
-                .max(10),
-        );
+        let busy_timeout =
+            Duration::from_millis(config.connect_timeout_ms.saturating_add(config.read_timeout_ms).max(10));
         let pool = r2d2::Pool::builder()
             .max_size(config.pool_size)
             .min_idle(Some(config.pool_size.min(2)))
