@@ -7,6 +7,9 @@
 #
 #   benches/hbase_reads_real.sh SOLUS_BIN THRIFT_ADDR DEDUPER [BATCH] [SECONDS]
 #
+# OPS="check" runs only those ops (default "add-if-absent check add"); an
+# existing DEDUPER is used as it is (e.g. filled by an earlier run).
+#
 # Start HBase first, e.g.
 #   SOLUS_HBASE_HEAP=2g SOLUS_HBASE_THRIFT_HEAP=1g deploy/hbase/standalone.sh start /tmp/hb 9090
 # and use a new DEDUPER name per run (an empty filter each time).
@@ -24,7 +27,7 @@ for _ in $(seq 1 240); do
   sleep 0.5
 done
 sleep 2
-for op in add-if-absent check add; do
+for op in ${OPS:-add-if-absent check add}; do
   echo "== $op batch $batch ($deduper)"
   "$bin" bench --addr "127.0.0.1:$port" --op "$op" --batch "$batch" --concurrency 4 \
     --key-space 10000000 --expected-insertions 1000000 --false-positive-rate 0.01 \
