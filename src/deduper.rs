@@ -52,6 +52,13 @@ pub struct Deduper {
     /// `None` for configs stored before this was recorded: then unknown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_expiry_seconds: Option<u64>,
+    /// Whether its bits may carry legacy `<bit>` markers of the original
+    /// Java service (HBase only): false for every deduper this Solus
+    /// creates, true for configs that do not say (written by the original
+    /// service or an older Solus). Reads of a deduper that may hold them ask
+    /// for the marker columns too (`storage.hbase.read_legacy_markers`).
+    #[serde(default)]
+    pub may_hold_legacy_markers: bool,
 }
 
 impl Deduper {
@@ -78,6 +85,7 @@ impl Deduper {
             false_positive_rate: None,
             data_location: None,
             max_expiry_seconds: Some(expiry_seconds),
+            may_hold_legacy_markers: false,
         }
     }
 

@@ -1,7 +1,9 @@
 //! Thrift calls per gRPC request, counted by the emulator: CheckAbsence is
-//! one `getRowsWithColumns`, Add one `mutateRowsTs`, AddIfAbsent one of each
-//! plus, with the guard (default), one `checkAndPut` per touched shard row,
-//! whatever the batch size up to the read budget; past it reads split.
+//! one read call per touched shard row (`getRowWithColumns`, its own bits
+//! only; small requests share one `getRowsWithColumns`), Add one
+//! `mutateRowsTs`, AddIfAbsent the reads and the write plus, with the guard
+//! (default), one `checkAndPut` per touched shard row; rows with more than
+//! `max_cells_per_read` columns are read in slices.
 
 use hbase_emulator::{Emulator, Protocol, Transport};
 
@@ -16,7 +18,9 @@ fn data_calls(b: &TestBackend) -> (u64, u64) {
     (reads, writes)
 }
 
-/// (getRowsWithColumns, mutateRowsTs, checkAndPut) of the data path.
+/// (read calls, mutateRowsTs, checkAndPut) of the data path; config
+/// lookups (`getRowWithColumns` of the meta table) are cached after the
+/// warm-up request.
 fn data_calls_and_swaps(b: &TestBackend) -> (u64, u64, u64) {
     let e = b.emulator();
     let counts = e.call_counts();
@@ -37,7 +41,7 @@ fn data_calls_and_swaps(b: &TestBackend) -> (u64, u64, u64) {
         .collect();
     assert!(other.is_empty(), "unexpected calls {counts:?}");
     (
-        e.calls("getRowsWithColumns"),
+        e.calls("getRowsWithColumns") + e.calls("getRowWithColumns"),
         e.calls("mutateRowsTs"),
         e.calls("checkAndPut"),
     )
@@ -74,14 +78,17 @@ async fn calls_per_request(b: &TestBackend, guard: bool) {
         .await
         .unwrap()
         .into_inner();
-    for batch in [1usize, 10, 200] {
+    for batch in [1usize, 10, 1000] {
         let items = names(&format!("b{batch}"), batch);
         let refs: Vec<&str> = items.iter().map(String::as_str).collect();
         absent(&s, "c", "d", &["warm-up"]).await; // deduper config cached
+        // Up to 10 entities (at most 10 rows x 70 bits) share one call; at
+        // 1,000 each row (~700 bits) is its own call.
+        let reads = |items: &[&str]| if batch <= 10 { 1 } else { rows_touched(items, d.shards) };
 
         b.emulator().reset_counts();
         absent(&s, "c", "d", &refs).await;
-        assert_eq!(data_calls(b), (1, 0), "CheckAbsence of {batch}");
+        assert_eq!(data_calls(b), (reads(&refs), 0), "CheckAbsence of {batch}");
 
         b.emulator().reset_counts();
         add(&s, "c", "d", &refs, 0).await;
@@ -94,37 +101,57 @@ async fn calls_per_request(b: &TestBackend, guard: bool) {
         let swaps = if guard { rows_touched(&more, d.shards) } else { 0 };
         assert_eq!(
             data_calls_and_swaps(b),
-            (1, 1, swaps),
+            (reads(&more), 1, swaps),
             "AddIfAbsent of {batch}, guard {guard}"
         );
     }
 }
 
-/// Past `max_cells_per_read` (rows x union columns) the read is split into
-/// parallel calls; the answers are the same.
+/// Past `max_cells_per_read` columns a row is read in slices, in parallel;
+/// the answers are the same. AddIfAbsent then reads the guards first, in one
+/// more call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn big_reads_split_past_the_budget() {
+async fn big_rows_are_read_in_slices() {
     let mut b = TestBackend::hbase();
-    b.settings.storage.hbase.max_cells_per_read = 20_000;
+    b.settings.storage.hbase.max_cells_per_read = 300;
     let s = TestServer::start(&b).await;
-    s.admin()
+    let d = s
+        .admin()
         .create_deduper(create_np("c", "d", 1_000_000, 0.01, 3600))
         .await
-        .unwrap();
+        .unwrap()
+        .into_inner();
     let items = names("x", 1000);
     let refs: Vec<&str> = items.iter().map(String::as_str).collect();
+    // Distinct bits per shard row, each row read in ceil(bits / 300) slices.
+    let slices = |items: &[&str]| -> u64 {
+        let mut rows: std::collections::BTreeMap<u32, std::collections::BTreeSet<u32>> = Default::default();
+        let mut bits = vec![0u32; d.hash_functions as usize];
+        for e in items {
+            let shard = solus::contract::hashing::shard_of(e.as_bytes(), d.shards);
+            solus::contract::hashing::bit_positions(e.as_bytes(), d.bits_per_shard, &mut bits);
+            rows.entry(shard).or_default().extend(bits.iter().copied());
+        }
+        rows.values().map(|b| (b.len() as u64).div_ceil(300)).sum()
+    };
     add(&s, "c", "d", &refs[..500], 0).await;
     b.emulator().reset_counts();
     let answer = absent(&s, "c", "d", &refs).await;
-    // ~700 bits per row, 2 columns each: 3 rows ask 3 x 4,200 pairs, 4 rows
-    // 4 x 5,600 > 20,000; so 10 rows read as 3 + 3 + 3 + 1.
     let (reads, writes) = data_calls(&b);
-    assert_eq!((reads, writes), (4, 0));
+    assert_eq!((reads, writes), (slices(&refs), 0));
+    assert!(reads >= 30, "~700 bits per row: 3 slices each, {reads}");
     assert!(answer[..500].iter().all(|a| !a), "no false negatives");
     assert!(
         answer[500..].iter().filter(|a| **a).count() > 480,
         "few false positives"
     );
+    let more = names("y", 1000);
+    let more: Vec<&str> = more.iter().map(String::as_str).collect();
+    b.emulator().reset_counts();
+    let first = add_if_absent(&s, "c", "d", &more, 0).await;
+    assert_eq!(data_calls_and_swaps(&b), (1 + slices(&more), 1, 10));
+    assert!(first.iter().filter(|a| **a).count() > 980);
+    assert!(add_if_absent(&s, "c", "d", &more, 0).await.iter().all(|a| !a));
 }
 
 /// Framed transport (HBase drops frames over 2 MB) with either protocol: a
@@ -154,9 +181,10 @@ async fn framed_transport_and_requests_over_the_frame_limit() {
         absent(&s, "c", "d", &["warm-up"]).await;
         b.emulator().reset_counts();
         add(&s, "c", "d", &refs, 0).await;
-        // 70,000 cells at most 47 bytes each: over 3 MB, so 4 calls of at most 1 MiB.
+        // ~70,000 cells: 9 calls of at most 8,192 cells (WRITE_CELLS; each
+        // under 1 MiB, the frame limit being 2 MB).
         let (_, writes) = data_calls(&b);
-        assert!((4..=5).contains(&writes), "{protocol:?}: {writes} mutateRowsTs calls");
+        assert_eq!(writes, 9, "{protocol:?}: {writes} mutateRowsTs calls");
         assert!(absent(&s, "c", "d", &refs).await.iter().all(|a| !a), "{protocol:?}");
     }
 }

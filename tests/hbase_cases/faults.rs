@@ -148,7 +148,7 @@ async fn socket_read_timeout_is_unavailable() {
     b.emulator().set_latency(Duration::from_millis(600));
     let err = s.data().check_absence(check_req(&["a".to_string()])).await.unwrap_err();
     assert_eq!(err.code(), Code::Unavailable, "{err:?}");
-    assert!(err.message().contains("getRowsWithColumns"), "{}", err.message());
+    assert!(err.message().contains("getRowWithColumns"), "{}", err.message());
     assert!(
         err.message().contains("timed out") && err.message().contains("read_timeout_ms = 300 ms"),
         "{}",

@@ -8,6 +8,7 @@ mod delete;
 mod health;
 mod layout;
 mod legacy;
+mod reads;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -21,6 +22,7 @@ pub use delete::*;
 pub use health::*;
 pub use layout::*;
 pub use legacy::*;
+pub use reads::*;
 
 use crate::common::{RawClient, TestServer};
 
@@ -34,6 +36,8 @@ macro_rules! hbase_shared_cases {
             the_highest_expiry_stays_in_the_cell,
             meta_row_and_farm_table,
             legacy_markers_count_and_ttl_cells_override_them,
+            auto_legacy_markers_follow_who_created_the_deduper,
+            a_batch_of_10000_succeeds_with_default_hbase_settings,
             a_delete_covers_bits_written_under_a_longer_expiry,
             a_replica_with_another_table_refuses_to_delete_the_deduper,
             misplaced_deduper_health_follows_the_deduper,

@@ -22,6 +22,13 @@
 //! | `loc`    | String  | UTF-8 data table of the bits (Solus only)    |
 //! | `ver`    | bytes   | `utime` long, `a` byte, `expiry` long (Solus only) |
 //! | `maxexp` | long    | 8-byte big-endian, seconds: the longest `expiry` ever set (Solus only) |
+//! | `legacy` | boolean | 1 byte: whether the bits may hold legacy `<bit>` markers (Solus only) |
+//!
+//! `legacy` is written `0x00` by every create of this Solus: bits it writes
+//! are `#ttl` cells only, so reads need not ask for marker columns
+//! (`storage.hbase.read_legacy_markers = "auto"`). A row without it was
+//! written by the original service or an older Solus, whose tables may
+//! hold markers: it reads as `true`.
 //!
 //! `maxexp` is the high-water mark of `expiry` that bounds a delete
 //! (`lifecycle.rs`). Its cell timestamp is `ctime + maxexp` (a count, not
@@ -78,8 +85,10 @@ pub mod meta_col {
     /// read back as HBase's "now" in that row (`claim.rs`).
     pub const SEEN: &str = "seen";
     pub const MAX_EXPIRY: &str = "maxexp";
+    /// Whether the deduper's bits may hold legacy markers (see the module docs).
+    pub const LEGACY_MARKERS: &str = "legacy";
     /// Every meta column, for reads that must not fetch anything else.
-    pub const ALL: [&str; 16] = [
+    pub const ALL: [&str; 17] = [
         NAME,
         HASH_FUNCTIONS,
         SHARDS,
@@ -96,6 +105,7 @@ pub mod meta_col {
         CLAIM,
         SEEN,
         MAX_EXPIRY,
+        LEGACY_MARKERS,
     ];
     /// Column of a remembered request's record, in its own row.
     pub const REQUEST: &str = "req";
@@ -171,6 +181,10 @@ pub fn deduper_mutations(d: &Deduper) -> Vec<Mutation> {
         meta(CREATE_TIME, d.create_time_ms.to_be_bytes().to_vec()),
         meta(UPDATE_TIME, d.update_time_ms.to_be_bytes().to_vec()),
         meta(EXPIRY, (d.expiry_seconds as i64).to_be_bytes().to_vec()),
+        meta(
+            LEGACY_MARKERS,
+            layout::encode_legacy(d.may_hold_legacy_markers).to_vec(),
+        ),
     ];
     if let (Some(n), Some(p)) = (d.expected_insertions, d.false_positive_rate) {
         out.push(meta(EXPECTED_INSERTIONS, (n as i64).to_be_bytes().to_vec()));
@@ -318,6 +332,10 @@ pub fn decode_deduper(client_id: &str, columns: &BTreeMap<Vec<u8>, TCell>) -> Re
         Some(_) => Some(u64::try_from(long(MAX_EXPIRY)?).map_err(|_| bad(MAX_EXPIRY, "is negative"))?),
         None => None,
     };
+    let may_hold_legacy_markers = match get(LEGACY_MARKERS) {
+        Some(_) => layout::decode_legacy(fixed(LEGACY_MARKERS, 1)?).expect("1 byte"),
+        None => true,
+    };
     Ok(Some(Deduper {
         client_id: client_id.to_string(),
         name: text(NAME)?,
@@ -335,6 +353,7 @@ pub fn decode_deduper(client_id: &str, columns: &BTreeMap<Vec<u8>, TCell>) -> Re
         false_positive_rate: p,
         data_location,
         max_expiry_seconds,
+        may_hold_legacy_markers,
     }))
 }
 
@@ -360,6 +379,7 @@ mod tests {
             false_positive_rate: sized.then_some(0.01),
             data_location: sized.then(|| "solus_deduper_dc1".to_string()),
             max_expiry_seconds: None,
+            may_hold_legacy_markers: sized,
         }
     }
 
@@ -389,6 +409,25 @@ mod tests {
             assert_eq!(row.contains_key(b"C:p".as_slice()), sized);
             assert_eq!(decode_deduper("client-a", &row).unwrap(), Some(d));
         }
+    }
+
+    #[test]
+    fn legacy_markers_are_assumed_unless_the_row_says_none() {
+        let d = Deduper {
+            max_expiry_seconds: None, // its own cell, not in deduper_mutations
+            ..Deduper::new("client-a", "orders", sample(true).geometry, 60, Level::Global, 5)
+        };
+        assert!(!d.may_hold_legacy_markers, "a new deduper holds none");
+        let mut row = as_row(&deduper_mutations(&d));
+        assert_eq!(row[&b"C:legacy".to_vec()].value.as_deref(), Some(&[0x00][..]));
+        assert_eq!(decode_deduper("client-a", &row).unwrap(), Some(d.clone()));
+        // The original service's and older Solus' rows have no such column.
+        row.remove(b"C:legacy".as_slice());
+        let old = decode_deduper("client-a", &row).unwrap().unwrap();
+        assert!(old.may_hold_legacy_markers);
+        row.insert(b"C:legacy".to_vec(), TCell::new(vec![0, 0], 1_i64));
+        let err = decode_deduper("client-a", &row).unwrap_err().to_string();
+        assert!(err.contains("C:legacy") && err.contains("2 bytes"), "{err}");
     }
 
     #[test]

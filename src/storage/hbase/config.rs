@@ -61,6 +61,36 @@ impl Qop {
     }
 }
 
+/// Which reads also ask for the legacy `<bit>` marker columns of the
+/// original Java service (`storage.hbase.read_legacy_markers`).
+///
+/// Parses `"auto"`, `"always"` and `"never"`, and the key's older bool form:
+/// `true` is `always` (what it meant: markers read on every deduper),
+/// `false` is `never`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LegacyMarkers {
+    /// Only for dedupers whose config does not say "no legacy markers":
+    /// every deduper this Solus creates says so (`C:legacy`, docs/hbase.md),
+    /// those created by the original service or an older Solus do not.
+    #[default]
+    Auto,
+    /// For every deduper.
+    Always,
+    /// For none: only where no legacy writer ever wrote these tables.
+    Never,
+}
+
+impl LegacyMarkers {
+    /// Whether reads of `d` ask for marker columns.
+    pub fn read_for(self, d: &crate::deduper::Deduper) -> bool {
+        match self {
+            LegacyMarkers::Auto => d.may_hold_legacy_markers,
+            LegacyMarkers::Always => true,
+            LegacyMarkers::Never => false,
+        }
+    }
+}
+
 /// Kerberos (SASL/GSSAPI) on every Thrift connection
 /// (`storage.hbase.kerberos.*`); see docs/hbase.md, "Kerberos: Solus
 /// settings, errors and throughput".
@@ -112,6 +142,31 @@ impl Default for KerberosConfig {
     }
 }
 
+impl<'de> Deserialize<'de> for LegacyMarkers {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Form {
+            Bool(bool),
+            Text(String),
+        }
+        match Form::deserialize(d)? {
+            Form::Bool(true) => Ok(LegacyMarkers::Always),
+            Form::Bool(false) => Ok(LegacyMarkers::Never),
+            // Environment variables arrive as text, also for the bool form.
+            Form::Text(t) => match t.trim().to_ascii_lowercase().as_str() {
+                "auto" => Ok(LegacyMarkers::Auto),
+                "always" | "true" => Ok(LegacyMarkers::Always),
+                "never" | "false" => Ok(LegacyMarkers::Never),
+                other => Err(serde::de::Error::custom(format!(
+                    "storage.hbase.read_legacy_markers: {other:?} is not one of \"auto\", \"always\", \"never\" \
+                     (or a bool: true = always, false = never)"
+                ))),
+            },
+        }
+    }
+}
+
 /// Settings of the HBase backend.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -129,15 +184,20 @@ pub struct HbaseConfig {
     /// Most open Thrift connections (one call at a time each). Default 16.
     pub pool_size: u32,
     /// TCP connect timeout per address, in ms; also bounds the wait for a
-    /// free pooled connection. Default 1,000.
+    /// free pooled connection, plus `read_timeout_ms` when every connection
+    /// is open and busy (one frees within a call). Default 1,000.
     pub connect_timeout_ms: u64,
     /// Socket read timeout, in ms: the longest wait for any part of an
-    /// answer. Default 5,000.
+    /// answer. Reads are split into per-row calls of at most
+    /// `max_cells_per_read` columns, so it bounds small calls whatever the
+    /// batch. A call that timed out is retried once at most (HBase is likely
+    /// still working on it). Default 5,000.
     pub read_timeout_ms: u64,
     /// Socket write timeout, in ms. Default 5,000.
     pub write_timeout_ms: u64,
     /// Extra attempts of an idempotent call (reads, bit writes, config reads)
-    /// after a connection failure or a retryable HBase `IOError`. Default 2.
+    /// after a connection failure or a retryable HBase `IOError` (after a
+    /// timeout once at most, see `read_timeout_ms`). Default 2.
     pub retries: u32,
     /// Wait before the first retry, in ms; doubles on each further retry.
     /// Default 50.
@@ -146,14 +206,16 @@ pub struct HbaseConfig {
     /// on its first deduper). When false a missing table is an error naming
     /// it. Default true.
     pub create_tables: bool,
-    /// Also read the legacy `<bit>` marker columns. Turn off only when no
-    /// legacy writer ever wrote this table: it halves the columns asked per
-    /// read. Default true.
-    pub read_legacy_markers: bool,
-    /// Most (row, column) pairs one `getRowsWithColumns` call may ask for.
-    /// The call applies one column list to every row, so a request touching
-    /// R shard rows asks each row for every row's bits; past this budget the
-    /// rows are split over several calls, run in parallel. Default 65,536.
+    /// Which reads also ask for the legacy `<bit>` marker columns (twice the
+    /// columns): `auto` (dedupers not created by this Solus), `always`,
+    /// `never`; a bool is read as before (`true` = `always`). Default `auto`.
+    pub read_legacy_markers: LegacyMarkers,
+    /// Most columns one read call asks of one shard row: each row is read
+    /// for its own bits only (`getRowWithColumns`), and a row needing more
+    /// columns than this is read in slices, in parallel, so every call stays
+    /// small enough to answer within `read_timeout_ms` whatever the batch.
+    /// Also bounds a call's (row, column) pairs when small requests share
+    /// one `getRowsWithColumns` (see docs/hbase.md, "Reads"). Default 4,096.
     pub max_cells_per_read: u64,
     /// Largest Thrift request, in bytes (estimated from above for the binary
     /// protocol). HBase's framed server drops connections sending frames
@@ -207,8 +269,8 @@ impl Default for HbaseConfig {
             retries: 2,
             retry_backoff_ms: 50,
             create_tables: true,
-            read_legacy_markers: true,
-            max_cells_per_read: 65_536,
+            read_legacy_markers: LegacyMarkers::Auto,
+            max_cells_per_read: 4_096,
             max_request_bytes: 1 << 20,
             add_if_absent_guard: true,
             max_clock_offset_ms: 500,
@@ -343,5 +405,32 @@ mod tests {
         assert_eq!(HbaseConfig::default().kerberos.min_qop, Qop::Privacy);
         assert_eq!(HbaseConfig::default().kerberos.service, "hbase");
         assert!(Qop::Authentication < Qop::Integrity && Qop::Integrity < Qop::Privacy);
+    }
+
+    #[test]
+    fn legacy_markers_from_a_word_or_the_older_bool() {
+        assert_eq!(HbaseConfig::default().read_legacy_markers, LegacyMarkers::Auto);
+        for (toml, want) in [
+            ("read_legacy_markers = \"auto\"", LegacyMarkers::Auto),
+            ("read_legacy_markers = \"always\"", LegacyMarkers::Always),
+            ("read_legacy_markers = \"never\"", LegacyMarkers::Never),
+            ("read_legacy_markers = true", LegacyMarkers::Always),
+            ("read_legacy_markers = false", LegacyMarkers::Never),
+            // What an environment variable gives.
+            ("read_legacy_markers = \"false\"", LegacyMarkers::Never),
+        ] {
+            assert_eq!(parse(toml).read_legacy_markers, want, "{toml}");
+        }
+        let e = config::Config::builder()
+            .add_source(config::File::from_str(
+                "read_legacy_markers = \"sometimes\"",
+                config::FileFormat::Toml,
+            ))
+            .build()
+            .unwrap()
+            .try_deserialize::<HbaseConfig>()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("read_legacy_markers") && e.contains("sometimes"), "{e}");
     }
 }

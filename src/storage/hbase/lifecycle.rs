@@ -40,7 +40,7 @@ use rand::{Rng, SeedableRng};
 
 use super::codec::{self, Attributes};
 use super::pool::Retry;
-use super::{HbaseStore, in_parallel};
+use super::{HbaseStore, OnError, in_parallel};
 use crate::clock::now_ms;
 use crate::contract::layout;
 use crate::deduper::Deduper;
@@ -91,7 +91,7 @@ impl HbaseStore {
         }
         let shards: Vec<u32> = (0..stored.geometry.shards).collect();
         let what = format!("deleteAllRowTs {table}");
-        in_parallel(&shards, |&shard| {
+        in_parallel(&shards, self.parallel_calls(), OnError::Continue, |&shard| {
             let row = layout::data_row_key(shard, &stored.client_id, &stored.name);
             self.tables.on_table(&self.pool, &table, &what, || {
                 self.pool.call(Retry::Idempotent, |c| {

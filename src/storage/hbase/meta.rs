@@ -353,7 +353,7 @@ mod tests {
     #[test]
     fn every_meta_column_is_asked_by_name() {
         let cols = meta_columns();
-        assert_eq!(cols.len(), 16);
+        assert_eq!(cols.len(), 17);
         assert!(cols.iter().all(|c| c.starts_with(b"C:") && c.len() > 2));
     }
 }

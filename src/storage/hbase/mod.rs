@@ -34,10 +34,12 @@
 //!   but their timestamp earlier: run one writer kind per table.
 //!
 //! # Reads
-//! All `k` bits of every entity of a request, with their legacy `S:<bit>`
-//! markers, through `getRowsWithColumns`: one call per request up to
-//! `max_cells_per_read` asked (row, column) pairs and `max_request_bytes`,
-//! split and parallel beyond (see `data.rs` for why). Never whole rows.
+//! All `k` bits of every entity of a request - with their legacy `S:<bit>`
+//! markers when the deduper may hold them (`read_legacy_markers`) - each
+//! shard row asked for its own columns only: one `getRowWithColumns` per
+//! row (sliced past `max_cells_per_read` columns), in parallel; small
+//! requests share one `getRowsWithColumns` (see `data.rs` for why). Never
+//! whole rows.
 //!
 //! # AddIfAbsent across replicas
 //! `read_and_write_bits` reads, then writes: between the two another request
@@ -79,7 +81,7 @@ use hbase_thrift::hbase::{THbaseSyncClient, TRowResult};
 
 use self::codec::Attributes;
 pub use self::codec::TTL_ATTRIBUTE;
-pub use self::config::{HbaseConfig, KerberosConfig, Protocol, Qop, Transport};
+pub use self::config::{HbaseConfig, KerberosConfig, LegacyMarkers, Protocol, Qop, Transport};
 use self::data::ReadGroup;
 use self::pool::{Pool, Retry};
 use self::tables::Tables;
@@ -139,21 +141,39 @@ impl HbaseStore {
         Ok(store)
     }
 
+    /// Calls one request may run at once ([`parallel_calls`]).
+    fn parallel_calls(&self) -> usize {
+        parallel_calls(self.config.pool_size)
+    }
+
     /// The data table of `d`.
     fn data_table(&self, d: &Deduper) -> String {
         layout::data_table(&self.table, &self.farm, d.level == Level::Dc)
     }
 
+    /// One read call: `getRowWithColumns` for one row, `getRowsWithColumns`
+    /// for several.
     fn read_group(&self, table: &str, group: &ReadGroup) -> Result<Vec<TRowResult>, StorageError> {
-        let what = format!("getRowsWithColumns {table}");
+        let name = if group.rows.len() == 1 {
+            "getRowWithColumns"
+        } else {
+            "getRowsWithColumns"
+        };
+        let what = format!("{name} {table}");
         self.tables.on_table(&self.pool, table, &what, || {
-            self.pool.call(Retry::Idempotent, |c| {
-                c.get_rows_with_columns(
+            self.pool.call(Retry::Idempotent, |c| match group.rows.as_slice() {
+                [row] => c.get_row_with_columns(
                     table.as_bytes().to_vec(),
-                    group.rows.clone(),
+                    row.clone(),
                     group.columns.clone(),
                     Attributes::new(),
-                )
+                ),
+                rows => c.get_rows_with_columns(
+                    table.as_bytes().to_vec(),
+                    rows.to_vec(),
+                    group.columns.clone(),
+                    Attributes::new(),
+                ),
             })
         })
     }
@@ -180,12 +200,16 @@ impl HbaseStore {
             cells: self.config.max_cells_per_read,
             bytes: self.config.max_request_bytes,
         };
-        let mut groups = data::plan_reads(d, bits, self.config.read_legacy_markers, limits);
+        let legacy = self.config.read_legacy_markers.read_for(d);
+        let mut groups = data::plan_reads(d, bits, legacy, limits);
         let mut guard_values = guard::GuardValues::new();
+        let guards_with_bits = guards && data::one_call_per_row(&groups);
         if guards {
-            if let [one] = groups.as_mut_slice() {
-                // One call: HBase reads each row atomically, guard and bits together.
-                one.columns.push(guard::column());
+            if guards_with_bits {
+                // One call per row: HBase reads each row atomically, guard and bits together.
+                for g in &mut groups {
+                    g.columns.push(guard::column());
+                }
             } else {
                 let rows = touched_rows(d, bits).into_iter().collect();
                 let first = ReadGroup {
@@ -197,16 +221,19 @@ impl HbaseStore {
         }
         tracing::trace!(
             calls = groups.len(),
+            legacy,
             asked = groups.iter().map(ReadGroup::asked).sum::<u64>(),
             bits = bits.len(),
             "HBase read plan"
         );
-        let results: Vec<TRowResult> = in_parallel(&groups, |g| self.read_group(&table, g))?
-            .into_iter()
-            .flatten()
-            .collect();
+        let results: Vec<TRowResult> = in_parallel(&groups, self.parallel_calls(), OnError::Stop, |g| {
+            self.read_group(&table, g)
+        })?
+        .into_iter()
+        .flatten()
+        .collect();
         data::decode_rows(d, bits, &results, &mut cells)?;
-        if guards && groups.len() == 1 {
+        if guards_with_bits {
             guard_values = guard::values(&results);
         }
         Ok((cells, guard_values))
@@ -236,7 +263,7 @@ impl HbaseStore {
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
-        let won = in_parallel(&shards, |&shard| {
+        let won = in_parallel(&shards, self.parallel_calls(), OnError::Continue, |&shard| {
             let row = layout::data_row_key(shard, &d.client_id, &d.name);
             let expected = guards.get(&row).map(Vec::as_slice).unwrap_or_default();
             guard::swap(&self.pool, &self.tables, &table, &row, expected, ttl_ms)
@@ -273,7 +300,7 @@ impl HbaseStore {
         let calls = data::write_calls(d, bits, expire_ms, self.config.max_request_bytes);
         let ttl_ms = i64::try_from(d.expiry_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
         let what = format!("mutateRowsTs {table}");
-        in_parallel(&calls, |batches| {
+        in_parallel(&calls, self.parallel_calls(), OnError::Continue, |batches| {
             // Idempotent: a replayed put carries the same timestamp and value.
             self.tables.on_table(&self.pool, &table, &what, || {
                 self.pool.call(Retry::Idempotent, |c| {
@@ -300,23 +327,46 @@ fn touched_rows(d: &Deduper, bits: &[BitAddr]) -> BTreeSet<Vec<u8>> {
 /// Most HBase calls one request runs at once (each on its own pooled connection).
 const MAX_PARALLEL_CALLS: usize = 8;
 
+/// Calls one request may run at once with a pool of `pool_size`
+/// connections: at most half the pool (and [`MAX_PARALLEL_CALLS`]), so one
+/// big request split into many calls leaves connections - and the Thrift
+/// server's threads, one per connection - to the others.
+fn parallel_calls(pool_size: u32) -> usize {
+    (pool_size as usize / 2).clamp(1, MAX_PARALLEL_CALLS)
+}
+
+/// What [`in_parallel`] does with the calls not started yet once one failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OnError {
+    /// Make them anyway (writes: every write that lands is progress).
+    Continue,
+    /// Skip them (reads: the request fails anyway, and an overloaded HBase
+    /// gets no more of its work).
+    Stop,
+}
+
 /// Runs `f` on every item: directly for one (the usual case), else on up to
-/// [`MAX_PARALLEL_CALLS`] threads, each taking its own pooled connection, so
-/// a request split into many calls cannot spawn a thread per call. The first
-/// error wins; the other calls still finish (every call here is idempotent).
+/// `threads` threads, each taking its own pooled connection, so a request
+/// split into many calls cannot spawn a thread per call. The first error
+/// wins; calls already running finish, the ones not started yet are made
+/// or skipped by `on_error` (every call here is idempotent, so a retry of
+/// the request redoes them).
 fn in_parallel<T: Sync, R: Send>(
     items: &[T],
+    threads: usize,
+    on_error: OnError,
     f: impl Fn(&T) -> Result<R, StorageError> + Sync,
 ) -> Result<Vec<R>, StorageError> {
     if let [one] = items {
         return Ok(vec![f(one)?]);
     }
+    let failed = std::sync::atomic::AtomicBool::new(false);
     let next = std::sync::atomic::AtomicUsize::new(0);
     let results: Vec<std::sync::Mutex<Option<Result<R, StorageError>>>> =
         items.iter().map(|_| std::sync::Mutex::new(None)).collect();
     let caller = crate::storage::caller::current();
     std::thread::scope(|s| {
-        let workers: Vec<_> = (0..items.len().min(MAX_PARALLEL_CALLS))
+        let workers: Vec<_> = (0..items.len().min(threads.max(1)))
             .map(|_| {
                 let caller = caller.clone();
                 s.spawn(|| {
@@ -324,7 +374,13 @@ fn in_parallel<T: Sync, R: Send>(
                         loop {
                             let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                             let Some(item) = items.get(i) else { break };
+                            if on_error == OnError::Stop && failed.load(std::sync::atomic::Ordering::Relaxed) {
+                                break;
+                            }
                             let r = f(item);
+                            if r.is_err() {
+                                failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                            }
                             *results[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
                         }
                     })
@@ -337,9 +393,14 @@ fn in_parallel<T: Sync, R: Send>(
     results
         .into_iter()
         .map(|m| {
-            m.into_inner()
-                .unwrap_or_else(|p| p.into_inner())
-                .unwrap_or_else(|| Err(StorageError::Unavailable("HBase call thread panicked".into())))
+            m.into_inner().unwrap_or_else(|p| p.into_inner()).unwrap_or_else(|| {
+                let why = if failed.load(std::sync::atomic::Ordering::Relaxed) {
+                    "HBase call not made: an earlier call of the request failed"
+                } else {
+                    "HBase call thread panicked"
+                };
+                Err(StorageError::Unavailable(why.into()))
+            })
         })
         .collect()
 }
@@ -349,8 +410,9 @@ impl Store for HbaseStore {
         "hbase"
     }
 
-    /// One `getRowsWithColumns` (more past `max_cells_per_read` or
-    /// `max_request_bytes`, in parallel). Errors:
+    /// One `getRowWithColumns` per touched shard row (sliced past
+    /// `max_cells_per_read` columns or `max_request_bytes`; small requests
+    /// share one `getRowsWithColumns`), in parallel. Errors:
     /// `Unavailable`; `Corrupt` for a cell value of the wrong length.
     fn read_bits(&self, deduper: &Deduper, bits: &[BitAddr]) -> Result<Vec<Cell>, StorageError> {
         self.read(deduper, bits)
@@ -505,7 +567,7 @@ mod tests {
     fn in_parallel_bounds_threads_keeps_order_and_reports_errors() {
         let (running, peak) = (AtomicUsize::new(0), AtomicUsize::new(0));
         let items: Vec<u32> = (0..1000).collect();
-        let out = in_parallel(&items, |&i| {
+        let out = in_parallel(&items, MAX_PARALLEL_CALLS, OnError::Continue, |&i| {
             let now = running.fetch_add(1, Ordering::SeqCst) + 1;
             peak.fetch_max(now, Ordering::SeqCst);
             std::thread::sleep(std::time::Duration::from_micros(50));
@@ -516,7 +578,10 @@ mod tests {
         assert_eq!(out, items.iter().map(|i| i * 2).collect::<Vec<_>>());
         let peak = peak.load(Ordering::SeqCst);
         assert!((2..=MAX_PARALLEL_CALLS).contains(&peak), "peak {peak} concurrent calls");
-        let failed = in_parallel(&items, |&i| {
+        let made = AtomicUsize::new(0);
+        let failed = in_parallel(&items, MAX_PARALLEL_CALLS, OnError::Stop, |&i| {
+            made.fetch_add(1, Ordering::SeqCst);
+            std::thread::sleep(std::time::Duration::from_micros(50));
             if i % 300 == 7 {
                 Err(StorageError::Unavailable(format!("call {i}")))
             } else {
@@ -524,5 +589,37 @@ mod tests {
             }
         });
         assert!(matches!(failed, Err(StorageError::Unavailable(m)) if m == "call 7"));
+        // Calls not started when one failed are not made.
+        let made = made.load(Ordering::SeqCst);
+        assert!((8..=7 + 2 * MAX_PARALLEL_CALLS).contains(&made), "{made} calls made");
+        let made = AtomicUsize::new(0);
+        let failed = in_parallel(&items, MAX_PARALLEL_CALLS, OnError::Continue, |&i| {
+            made.fetch_add(1, Ordering::SeqCst);
+            if i == 7 {
+                Err(StorageError::Unavailable("7".into()))
+            } else {
+                Ok(i)
+            }
+        });
+        assert!(failed.is_err());
+        assert_eq!(made.load(Ordering::SeqCst), 1000, "writes all made");
+    }
+
+    #[test]
+    fn a_request_takes_at_most_half_the_pool() {
+        assert_eq!(
+            [1, 2, 4, 16, 64].map(parallel_calls),
+            [1, 1, 2, MAX_PARALLEL_CALLS, MAX_PARALLEL_CALLS]
+        );
+        let (running, peak) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        in_parallel(&[0u8; 40], parallel_calls(4), OnError::Continue, |_| {
+            peak.fetch_max(running.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+            std::thread::sleep(std::time::Duration::from_micros(200));
+            running.fetch_sub(1, Ordering::SeqCst);
+            Ok(())
+        })
+        .unwrap();
+        let peak = peak.load(Ordering::SeqCst);
+        assert!((1..=2).contains(&peak), "peak {peak}");
     }
 }

@@ -54,8 +54,12 @@ pub type Client = HbaseSyncClient<Box<dyn TInputProtocol + Send>, Box<dyn TOutpu
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HbaseError {
     /// No connection could be had, or it failed mid-call (I/O error,
-    /// timeout, garbled answer). Retryable.
+    /// garbled answer). Retryable.
     Connection(String),
+    /// No answer within the socket timeout. Retried once at most: HBase is
+    /// likely still working on the call, and repeating it again and again
+    /// would only add to the load that made it slow.
+    TimedOut(String),
     /// HBase answered `IOError`; `retry` is its `canRetry` flag.
     Io { message: String, retry: bool },
     /// HBase answered `IllegalArgument`.
@@ -66,7 +70,10 @@ pub enum HbaseError {
 
 impl HbaseError {
     pub fn retryable(&self) -> bool {
-        matches!(self, HbaseError::Connection(_) | HbaseError::Io { retry: true, .. })
+        matches!(
+            self,
+            HbaseError::Connection(_) | HbaseError::TimedOut(_) | HbaseError::Io { retry: true, .. }
+        )
     }
 
     /// Whether HBase said `table` does not exist: a `TableNotFoundException`,
@@ -90,7 +97,7 @@ impl HbaseError {
     /// that failed (`what`) and HBase's message.
     pub fn into_storage(self, what: &str) -> StorageError {
         let detail = match self {
-            HbaseError::Connection(m) => m,
+            HbaseError::Connection(m) | HbaseError::TimedOut(m) => m,
             HbaseError::Io { message, .. } => format!("HBase IOError: {message}"),
             HbaseError::IllegalArgument(m) => format!("HBase IllegalArgument: {m}"),
             HbaseError::AlreadyExists(m) => format!("HBase AlreadyExists: {m}"),
@@ -151,7 +158,7 @@ fn classify(e: thrift::Error, peer: SocketAddr, timeouts: Timeouts, broken: &mut
         }
         thrift::Error::Transport(t) if is_timeout(&t) => {
             *broken = true;
-            HbaseError::Connection(format!(
+            HbaseError::TimedOut(format!(
                 "call to {peer} timed out: no answer within storage.hbase.read_timeout_ms = {} ms \
                  (or the request not sent within write_timeout_ms = {} ms) ({}){}",
                 timeouts.read_ms, timeouts.write_ms, t.message, timeouts.hint
@@ -373,6 +380,8 @@ pub struct Pool {
     down: Arc<Mutex<Option<String>>>,
     generation: Arc<AtomicU64>,
     checkout_timeout: Duration,
+    /// The wait when every connection is open and busy.
+    busy_timeout: Duration,
     retries: u32,
     backoff: Duration,
     addresses: String,
@@ -406,6 +415,8 @@ impl Pool {
             max_age,
         };
         let checkout_timeout = Duration::from_millis(config.connect_timeout_ms.max(10));
+        let busy_timeout =
+            Duration::from_millis(config.connect_timeout_ms.saturating_add(config.read_timeout_ms).max(10));
         let pool = r2d2::Pool::builder()
             .max_size(config.pool_size)
             .min_idle(Some(config.pool_size.min(2)))
@@ -420,6 +431,7 @@ impl Pool {
             down,
             generation,
             checkout_timeout,
+            busy_timeout,
             retries: config.retries,
             backoff: Duration::from_millis(config.retry_backoff_ms),
             addresses: config.addresses.join(", "),
@@ -457,11 +469,21 @@ impl Pool {
                 "cannot connect to the HBase Thrift server ({e})"
             )));
         }
-        self.pool.get_timeout(self.checkout_timeout).map_err(|e| {
+        // Every connection open and busy: one frees within a call's read
+        // timeout, so wait that long (a request split into many calls would
+        // otherwise fail whenever HBase answers slower than connect_timeout).
+        // Fewer open: connections are being (re)made, e.g. after an outage:
+        // the connect timeout, so an outage fails requests quickly.
+        let wait = if self.pool.state().connections >= self.pool.max_size() {
+            self.busy_timeout
+        } else {
+            self.checkout_timeout
+        };
+        self.pool.get_timeout(wait).map_err(|e| {
             HbaseError::Connection(format!(
                 "no connection to the HBase Thrift server at {} within {} ms: {e}",
                 self.addresses,
-                self.checkout_timeout.as_millis()
+                wait.as_millis()
             ))
         })
     }
@@ -488,17 +510,18 @@ impl Pool {
 
     /// Runs `f` on a pooled connection. `Retry::Idempotent` calls are retried
     /// after retryable failures, up to `retries` more times, waiting
-    /// `retry_backoff_ms` and doubling (with jitter). `f` may make several
-    /// Thrift calls (e.g. a scan); a retry repeats all of them.
+    /// `retry_backoff_ms` and doubling (with jitter); after a timeout only
+    /// once ([`may_retry`]). `f` may make several Thrift calls (e.g. a
+    /// scan); a retry repeats all of them.
     pub fn call<T>(&self, retry: Retry, mut f: impl FnMut(&mut Client) -> thrift::Result<T>) -> Result<T, HbaseError> {
         let budget = if retry == Retry::Idempotent { self.retries } else { 0 };
-        let mut attempt = 0;
+        let (mut attempt, mut timeouts) = (0, 0);
         loop {
             if caller::gone() {
                 return Err(caller_left());
             }
             match self.once(&mut f) {
-                Err(e) if attempt < budget && e.retryable() => {
+                Err(e) if may_retry(&e, attempt, budget, &mut timeouts) => {
                     let wait = self.backoff.saturating_mul(1 << attempt.min(16));
                     let jittered = wait.mul_f64(rand::random_range(0.5..=1.0));
                     tracing::debug!(error = ?e, attempt, wait_ms = jittered.as_millis() as u64, "retrying HBase call");
@@ -511,9 +534,36 @@ impl Pool {
     }
 }
 
+/// Whether a call that failed with `e` on attempt `attempt` (from 0) is
+/// made again: a retryable failure within `budget`, and not a second
+/// timeout of the same call (`timeouts` counts them): HBase is likely still
+/// working on the timed-out attempts.
+fn may_retry(e: &HbaseError, attempt: u32, budget: u32, timeouts: &mut u32) -> bool {
+    if matches!(e, HbaseError::TimedOut(_)) {
+        *timeouts += 1;
+        if *timeouts > 1 {
+            return false;
+        }
+    }
+    attempt < budget && e.retryable()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_call_is_retried_after_one_timeout_not_after_two() {
+        let t = HbaseError::TimedOut("slow".into());
+        let c = HbaseError::Connection("reset".into());
+        let mut timeouts = 0;
+        assert!(may_retry(&t, 0, 5, &mut timeouts));
+        assert!(may_retry(&c, 1, 5, &mut timeouts));
+        assert!(!may_retry(&t, 2, 5, &mut timeouts), "second timeout");
+        let mut fresh = 0;
+        assert!(!may_retry(&c, 2, 2, &mut fresh), "budget spent");
+        assert!(!may_retry(&HbaseError::IllegalArgument("x".into()), 0, 5, &mut fresh));
+    }
 
     #[test]
     fn table_not_found_in_both_forms_real_hbase_uses() {
@@ -565,7 +615,7 @@ mod tests {
         ] {
             let (e, broken) = classified(e);
             assert!(broken);
-            let HbaseError::Connection(m) = e else { panic!("{e:?}") };
+            let HbaseError::TimedOut(m) = e else { panic!("{e:?}") };
             assert!(
                 m.contains("timed out")
                     && m.contains("read_timeout_ms = 300 ms")
@@ -576,5 +626,6 @@ mod tests {
         }
         let (e, _) = classified(io::Error::from(io::ErrorKind::ConnectionReset));
         assert!(!format!("{e:?}").contains("timed out"), "{e:?}");
+        assert!(e.retryable());
     }
 }

@@ -92,8 +92,9 @@ pub fn recall(
         .collect();
     let mut out = vec![None; ids.len()];
     for split in splits(rows, max_bytes) {
-        let index: HashMap<Vec<u8>, usize> = split.iter().cloned().collect();
-        let keys: Vec<Vec<u8>> = split.into_iter().map(|(row, _)| row).collect();
+        let (keys, slots): (Vec<Vec<u8>>, Vec<usize>) = split.into_iter().unzip();
+        // Borrowed: the keys are copied only into the call (once per attempt).
+        let index: HashMap<&[u8], usize> = keys.iter().map(Vec::as_slice).zip(slots).collect();
         let results = pool
             .call(Retry::Idempotent, |c| {
                 c.get_rows_with_columns(
@@ -108,7 +109,7 @@ pub fn recall(
             let (Some(row), Some(mut cols)) = (r.row, r.columns) else {
                 continue;
             };
-            let (Some(&i), Some(value)) = (index.get(&row), cols.remove(&col).and_then(|c| c.value)) else {
+            let (Some(&i), Some(value)) = (index.get(row.as_slice()), cols.remove(&col).and_then(|c| c.value)) else {
                 continue;
             };
             let bad = || StorageError::Corrupt(format!("record id cell of {} bytes in {table}", value.len()));
