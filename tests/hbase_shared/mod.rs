@@ -4,6 +4,7 @@
 //! service, and legacy markers written straight through Thrift.
 #![allow(dead_code)]
 
+mod concurrency;
 mod delete;
 mod health;
 mod layout;
@@ -18,6 +19,7 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 
+pub use concurrency::*;
 pub use delete::*;
 pub use health::*;
 pub use layout::*;
@@ -38,6 +40,7 @@ macro_rules! hbase_shared_cases {
             legacy_markers_count_and_ttl_cells_override_them,
             auto_legacy_markers_follow_who_created_the_deduper,
             a_batch_of_10000_succeeds_with_default_hbase_settings,
+            concurrent_add_if_absent_of_new_entities_answers_absent,
             a_delete_covers_bits_written_under_a_longer_expiry,
             a_replica_with_another_table_refuses_to_delete_the_deduper,
             misplaced_deduper_health_follows_the_deduper,

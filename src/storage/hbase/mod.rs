@@ -72,6 +72,7 @@ mod lifecycle;
 mod meta;
 mod pool;
 mod records;
+mod row_locks;
 mod sasl;
 mod tables;
 
@@ -102,6 +103,8 @@ pub struct HbaseStore {
     tables: Tables,
     /// This process's clock probe row (`clock_probe.rs`).
     probe_id: u64,
+    /// Rows held by guarded `AddIfAbsent`s of this process (`row_locks.rs`).
+    row_locks: row_locks::RowLocks,
 }
 
 impl HbaseStore {
@@ -130,6 +133,7 @@ impl HbaseStore {
             table: table.to_string(),
             farm: farm.to_string(),
             probe_id: rand::random(),
+            row_locks: row_locks::RowLocks::default(),
         };
         match store.pool.call(Retry::Once, |c| c.get_table_names()) {
             Ok(_) => store.tables.ensure_data(&store.pool)?,
@@ -252,17 +256,23 @@ impl HbaseStore {
         expire_ms: i64,
         before_write: &mut BeforeWrite<'_>,
     ) -> Result<Vec<Cell>, StorageError> {
-        let (mut cells, guards) = self.read_with_guards(d, bits, true)?;
-        before_write(&cells)?;
-        self.write(d, bits, expire_ms)?;
         let table = self.data_table(d);
-        let ttl_ms = i64::try_from(d.expiry_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
         let shards: Vec<u32> = bits
             .iter()
             .map(|a| a.shard)
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
+        // Held from the read to the swap: a swap is then lost only to another replica.
+        let rows: Vec<Vec<u8>> = shards
+            .iter()
+            .map(|&s| layout::data_row_key(s, &d.client_id, &d.name))
+            .collect();
+        let _held = self.row_locks.lock(&table, &rows);
+        let (mut cells, guards) = self.read_with_guards(d, bits, true)?;
+        before_write(&cells)?;
+        self.write(d, bits, expire_ms)?;
+        let ttl_ms = i64::try_from(d.expiry_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
         let won = in_parallel(&shards, self.parallel_calls(), OnError::Continue, |&shard| {
             let row = layout::data_row_key(shard, &d.client_id, &d.name);
             let expected = guards.get(&row).map(Vec::as_slice).unwrap_or_default();
