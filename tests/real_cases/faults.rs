@@ -117,7 +117,11 @@ async fn kill_9_of_thrift_then_of_hbase_under_adds_loses_no_acknowledged_add() {
         assert!(
             [
                 format!("{:?}", Code::Unavailable),
-                format!("{:?}", Code::DeadlineExceeded)
+                format!("{:?}", Code::DeadlineExceeded),
+                // tonic's own grpc-timeout enforcement ("Timeout expired") when
+                // Solus's DEADLINE_EXCEEDED, due a margin earlier, is late on
+                // a starved 2-core runtime: seen once in 59 failures.
+                format!("{:?}", Code::Cancelled)
             ]
             .contains(code),
             "only UNAVAILABLE (or a deadline) while HBase is down: {:?}",
