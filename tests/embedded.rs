@@ -229,3 +229,83 @@ async fn interrupted_delete_can_be_run_again() {
         "nothing of the deleted deduper comes back"
     );
 }
+
+/// `Store::entities_absent` of the embedded store (reads bit `j` only of
+/// entities whose earlier bits were set) answers exactly what reading every
+/// cell answers: random entities over a half-full filter whose stamps have
+/// mixed expiries, judged at instants before, between and after them,
+/// with repeated addresses inside an entity.
+#[test]
+fn entities_absent_in_rounds_answers_as_reading_every_cell() {
+    use rand::{Rng, SeedableRng, rngs::StdRng};
+    use solus::contract::sizing::Geometry;
+    use solus::deduper::{Deduper, Level};
+    use solus::storage::embedded::{EmbeddedConfig, EmbeddedStore};
+    use solus::storage::{BitAddr, Store};
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(EmbeddedConfig {
+        path: dir.path().to_path_buf(),
+        ..EmbeddedConfig::default()
+    })
+    .unwrap();
+    let (k, shards, bps) = (7usize, 3u32, 2_000u32);
+    let g = Geometry {
+        hash_functions: k as u32,
+        shards,
+        bits_per_shard: bps,
+    };
+    let d = Deduper::new("c", "rounds", g, 3_600, Level::Global, 0);
+    store.create_deduper(&d).unwrap();
+    let mut rng = StdRng::seed_from_u64(20);
+    let now = solus::clock::now_ms();
+    let random = |rng: &mut StdRng| BitAddr {
+        shard: rng.random_range(0..shards),
+        bit: rng.random_range(0..bps),
+    };
+    // About half the bits set, a third of them expiring in 100 s, the rest in an hour.
+    let mut written = Vec::new();
+    for expire in [now + 100_000, now + 3_600_000] {
+        let mut bits: Vec<BitAddr> = (0..(shards * bps / 4)).map(|_| random(&mut rng)).collect();
+        bits.sort_unstable_by_key(|a| (a.shard, a.bit));
+        store.write_bits(&d, &bits, expire).unwrap();
+        written.extend(bits);
+    }
+    // Entities: a quarter made of written bits only (present until their
+    // earliest expiry), the rest random; a fifth with a repeated address.
+    let mut bits = Vec::new();
+    for e in 0..5_000 {
+        let mut own: Vec<BitAddr> = (0..k)
+            .map(|_| match e % 4 {
+                0 => written[rng.random_range(0..written.len())],
+                _ => random(&mut rng),
+            })
+            .collect();
+        if e % 5 == 0 {
+            own[k - 1] = own[0];
+        }
+        bits.extend(own);
+    }
+    let mut decided_present = 0;
+    for at in [now, now + 200_000, now + 4_000_000] {
+        let cells = store.read_bits(&d, &bits).unwrap();
+        let expected: Vec<bool> = cells.chunks(k).map(|c| c.iter().any(|c| !c.is_set(at))).collect();
+        let got = store.entities_absent(&d, &bits, k, at).unwrap();
+        let wrong: Vec<usize> = (0..expected.len())
+            .filter(|&i| got.get(i) != Some(&expected[i]))
+            .collect();
+        assert!(
+            got.len() == expected.len() && wrong.is_empty(),
+            "at now + {} ms: {} answers for {}, {} wrong (first: {:?})",
+            at - now,
+            got.len(),
+            expected.len(),
+            wrong.len(),
+            wrong.first()
+        );
+        decided_present += got.iter().filter(|a| !**a).count();
+    }
+    // Not a vacuous comparison: many present answers (a quarter of the
+    // entities now, fewer once the 100 s stamps expired, none at the end).
+    assert!(decided_present > 1_000, "{decided_present} present answers");
+}

@@ -696,11 +696,24 @@ impl Engine {
         Self::blocking(move || {
             let plan = Plan::for_store(store.bit_order(), false, &d, &entities);
             let now = now_ms();
-            let cells = store.read_bits(&d, &plan.addrs)?;
-            check_len(&cells, &plan)?;
-            let mut absent: Vec<bool> = (0..entities.len())
-                .map(|i| plan.entity_bits(i).any(|a| !cells[a].is_set(now)))
-                .collect();
+            let mut absent = if plan.index.is_none() && plan.k > 0 {
+                // Entity order: the store may stop at each entity's first unset bit.
+                let absent = store.entities_absent(&d, &plan.addrs, plan.k, now)?;
+                if absent.len() != entities.len() {
+                    return Err(EngineError::Storage(StorageError::Corrupt(format!(
+                        "storage answered {} entities for {}",
+                        absent.len(),
+                        entities.len()
+                    ))));
+                }
+                absent
+            } else {
+                let cells = store.read_bits(&d, &plan.addrs)?;
+                check_len(&cells, &plan)?;
+                (0..entities.len())
+                    .map(|i| plan.entity_bits(i).any(|a| !cells[a].is_set(now)))
+                    .collect()
+            };
             if !record_ids.is_empty() {
                 let replays = records::apply_replays(&entities, &record_ids, &mut absent, |ids| {
                     store.recall_records(&d, ids, now)

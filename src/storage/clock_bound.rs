@@ -196,6 +196,17 @@ impl Store for ClockBoundStore {
         self.inner.read_bits(deduper, bits)
     }
 
+    fn entities_absent(
+        &self,
+        deduper: &Deduper,
+        bits: &[BitAddr],
+        k: usize,
+        now_ms: i64,
+    ) -> Result<Vec<bool>, StorageError> {
+        self.may_judge_expiry()?;
+        self.inner.entities_absent(deduper, bits, k, now_ms)
+    }
+
     fn write_bits(&self, deduper: &Deduper, bits: &[BitAddr], expire_ms: i64) -> Result<(), StorageError> {
         self.may_write()?;
         self.inner.write_bits(deduper, bits, expire_ms)

@@ -142,6 +142,37 @@ pub trait Store: Send + Sync + 'static {
     /// Reads the cells of `bits`, in one storage round trip.
     fn read_bits(&self, deduper: &Deduper, bits: &[BitAddr]) -> Result<Vec<Cell>, StorageError>;
 
+    /// Whether each entity of `bits` has a bit unset at `now_ms` (ms since
+    /// the Unix epoch): `bits` holds `k` addresses per entity in entity order
+    /// (a read plan for [`BitOrder::Any`]), the answer `bits.len() / k`
+    /// booleans in that order. `k` is at least 1 and divides `bits.len()`.
+    /// A backend may stop at an entity's first unset bit: the embedded store
+    /// reads bit `j` only of the entities whose bits `0..j` are all set, so
+    /// an absent entity usually costs one or two cache misses instead of
+    /// `k`. The default reads every cell with [`Store::read_bits`]. Errors:
+    /// those of `read_bits`; `Corrupt` when the backend answers another
+    /// number of cells.
+    fn entities_absent(
+        &self,
+        deduper: &Deduper,
+        bits: &[BitAddr],
+        k: usize,
+        now_ms: i64,
+    ) -> Result<Vec<bool>, StorageError> {
+        let cells = self.read_bits(deduper, bits)?;
+        if cells.len() != bits.len() {
+            return Err(StorageError::Corrupt(format!(
+                "storage answered {} cells for {} bits",
+                cells.len(),
+                bits.len()
+            )));
+        }
+        Ok(cells
+            .chunks(k.max(1))
+            .map(|c| c.iter().any(|c| !c.is_set(now_ms)))
+            .collect())
+    }
+
     /// Raises the expiry of every bit in `bits` to at least `expire_ms` (ms
     /// since the Unix epoch), in one storage round trip. Durable on return.
     fn write_bits(&self, deduper: &Deduper, bits: &[BitAddr], expire_ms: i64) -> Result<(), StorageError>;
