@@ -282,14 +282,34 @@ pub fn describe_store(settings: &Settings) -> String {
             let h = &settings.storage.hbase;
             let (transport, protocol) = thrift_names(h);
             format!(
-                "HBase Thrift at {} ({transport} transport, {protocol} protocol), tables {} and {}_{}",
+                "HBase Thrift at {} ({transport} transport, {protocol} protocol{}), tables {} and {}_{}",
                 h.addresses.join(","),
+                describe_kerberos(&h.kerberos),
                 settings.storage.table,
                 settings.storage.table,
                 settings.farm
             )
         }
     }
+}
+
+/// `storage.hbase.kerberos` for the start-up log: empty when off, else who
+/// Solus authenticates as, from where, and the lowest qop it accepts.
+fn describe_kerberos(k: &crate::storage::hbase::KerberosConfig) -> String {
+    if !k.enabled {
+        return String::new();
+    }
+    let source = match (k.keytab.as_str(), k.ticket_cache.as_str()) {
+        ("", "") => "the default ticket cache".to_string(),
+        ("", cache) => format!("ticket cache {cache}"),
+        (keytab, _) => format!("keytab {keytab}"),
+    };
+    let who = if k.principal.is_empty() {
+        format!("the principal of {source}")
+    } else {
+        format!("{} from {source}", k.principal)
+    };
+    format!(", Kerberos SASL GSSAPI as {who}, min qop {}", k.min_qop.name())
 }
 
 /// Health service name of a deduper refused as misplaced:
@@ -575,4 +595,46 @@ pub async fn serve(
     flushed.context("flushing storage on shutdown")?;
     tracing::info!("solus stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_store_line_says_kerberos_when_it_is_on() {
+        let mut s = Settings::default();
+        s.storage.backend = Backend::Hbase;
+        s.storage.hbase.addresses = vec!["127.0.0.1:9290".into()];
+        let plain = describe_store(&s);
+        assert!(
+            plain.starts_with("HBase Thrift at 127.0.0.1:9290 (buffered transport, binary protocol), tables "),
+            "{plain}"
+        );
+        assert!(!plain.contains("Kerberos"), "{plain}");
+        let k = &mut s.storage.hbase.kerberos;
+        k.enabled = true;
+        k.keytab = "/tmp/kdc/solus.keytab".into();
+        k.principal = "solus/localhost@SOLUS.TEST".into();
+        assert!(
+            describe_store(&s).starts_with(
+                "HBase Thrift at 127.0.0.1:9290 (buffered transport, binary protocol, Kerberos SASL GSSAPI as \
+                 solus/localhost@SOLUS.TEST from keytab /tmp/kdc/solus.keytab, min qop privacy), tables "
+            ),
+            "{}",
+            describe_store(&s)
+        );
+        let k = &mut s.storage.hbase.kerberos;
+        k.keytab.clear();
+        k.principal.clear();
+        k.min_qop = crate::storage::hbase::Qop::Integrity;
+        assert!(
+            describe_store(&s)
+                .contains("Kerberos SASL GSSAPI as the principal of the default ticket cache, min qop integrity)"),
+            "{}",
+            describe_store(&s)
+        );
+        s.storage.hbase.kerberos.ticket_cache = "FILE:/tmp/krb5cc_solus".into();
+        assert!(describe_store(&s).contains("as the principal of ticket cache FILE:/tmp/krb5cc_solus, min qop"));
+    }
 }

@@ -104,6 +104,10 @@ impl Dispatcher {
             );
             return application_exception(o_prot, &call, seq, &error);
         }
+        if let Some(message) = self.faults.row_access_denial(&call) {
+            skip_args(i_prot)?;
+            return io_error_reply(o_prot, &call, seq, &IOError::new(message, false));
+        }
         if self.faults.take_failure(&call) {
             skip_args(i_prot)?;
             let error = IOError::new(format!("hbase-emulator: injected failure of {call} (fail_next)"), true);

@@ -5,12 +5,27 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
+/// The calls HBase 2.6's access control answers for a principal granted
+/// nothing (seen on Kerberized HBase: `getTableNames` and
+/// `getColumnDescriptors` answered, the first row read or write did not).
+pub(crate) const SCHEMA_CALLS: &[&str] = &[
+    "getTableNames",
+    "getColumnDescriptors",
+    "getTableRegions",
+    "isTableEnabled",
+    "getThriftServerType",
+    "getClusterId",
+];
+
 #[derive(Debug, Default)]
 pub(crate) struct Faults {
     latency_micros: AtomicU64,
     fail_next: AtomicU64,
     /// Pending failures of one named call each (`fail_calls`).
     fail_named: Mutex<BTreeMap<String, u64>>,
+    /// While set, every call on rows answers an `IOError` with this
+    /// message (`deny_row_access_with`).
+    deny_rows: Mutex<Option<String>>,
     total_calls: AtomicU64,
     per_call: Mutex<BTreeMap<String, u64>>,
 }
@@ -43,6 +58,21 @@ impl Faults {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(method.to_owned(), n);
+    }
+
+    /// While `message` is `Some`, every call on rows (all but the
+    /// [`SCHEMA_CALLS`]) answers an `IOError` with that message and
+    /// `canRetry` false; `None` ends it.
+    pub fn deny_row_access_with(&self, message: Option<String>) {
+        *self.deny_rows.lock().unwrap_or_else(PoisonError::into_inner) = message;
+    }
+
+    /// The message `method` is denied with now, if any (`deny_row_access_with`).
+    pub fn row_access_denial(&self, method: &str) -> Option<String> {
+        if SCHEMA_CALLS.contains(&method) {
+            return None;
+        }
+        self.deny_rows.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// Consumes one pending failure of `method` or of any call, if any.
@@ -105,6 +135,21 @@ mod tests {
         assert!(!faults.take_failure("get"));
         assert!(faults.take_failure("mutateRowsTs"));
         assert!(!faults.take_failure("mutateRowsTs"));
+    }
+
+    #[test]
+    fn row_calls_are_denied_until_cleared_schema_calls_never() {
+        let faults = Faults::default();
+        assert_eq!(faults.row_access_denial("getRowWithColumns"), None);
+        faults.deny_row_access_with(Some("denied\n\tat x".into()));
+        assert_eq!(
+            faults.row_access_denial("getRowWithColumns").as_deref(),
+            Some("denied\n\tat x")
+        );
+        assert_eq!(faults.row_access_denial("mutateRow").as_deref(), Some("denied\n\tat x"));
+        assert_eq!(faults.row_access_denial("getTableNames"), None);
+        faults.deny_row_access_with(None);
+        assert_eq!(faults.row_access_denial("mutateRow"), None);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! service of `hbase-thrift`), reproduces the HBase behaviours a storage
 //! backend relies on (versions, timestamps, per-cell and family TTLs, delete
 //! markers, error types) and adds fault injection: latency, failed calls,
+//! row access denied with a given message (as to a principal granted nothing),
 //! dropped connections, and stopping / restarting on the same port.
 //! In-memory by default; with [`EmulatorBuilder::data_dir`] every change is
 //! written to a write-ahead log first and replayed on the next start, so the

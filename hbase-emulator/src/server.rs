@@ -277,6 +277,16 @@ impl EmulatorHandle {
         self.faults.fail_calls(method, n);
     }
 
+    /// While `message` is `Some`, every call that reads or writes rows
+    /// answers an `IOError` with that message and `canRetry` false; the
+    /// schema calls (`getTableNames`, `getColumnDescriptors`, ...) still
+    /// answer. That is how HBase answers a principal that authenticates but
+    /// is granted nothing, its message being the whole Java stack trace of
+    /// an `AccessDeniedException`. `None` ends it.
+    pub fn deny_row_access_with(&self, message: Option<&str>) {
+        self.faults.deny_row_access_with(message.map(str::to_owned));
+    }
+
     /// Shuts down every live client connection; the server keeps listening.
     pub fn drop_connections(&self) {
         self.shared.connections.shutdown_all();

@@ -159,7 +159,8 @@ impl Gate {
         Ok(Admitted { _permit: permit })
     }
 
-    /// Rewrites tonic's own decoding failures into client-error statuses.
+    /// Rewrites tonic's own decoding failures into client-error statuses,
+    /// and cuts a status beyond the bounds clients accept ([`super::bounded`]).
     fn rewrite(&self, response: http::Response<Body>) -> http::Response<Body> {
         let Some(status) = status_of_response(&response) else {
             return response;
@@ -175,9 +176,14 @@ impl Gate {
             Code::Internal if DECODE_FAILURES.iter().any(|p| message.starts_with(p)) => {
                 Status::invalid_argument(format!("malformed request message: {message}"))
             }
+            _ if message.len() > super::MAX_STATUS_MESSAGE_BYTES
+                || status.details().len() > super::MAX_STATUS_DETAILS_BYTES =>
+            {
+                status
+            }
             _ => return response,
         };
-        rewritten.into_http()
+        super::bounded(rewritten).into_http()
     }
 }
 
@@ -319,5 +325,32 @@ mod tests {
         assert_eq!(code, Code::InvalidArgument);
         assert_eq!(answer(Status::internal("corrupt stored data: x")).0, Code::Internal);
         assert_eq!(answer(Status::out_of_range("other")).0, Code::OutOfRange);
+    }
+
+    /// Any status a handler returns leaves the gate within the bounds (a
+    /// storage error once carried HBase's 10 KB stack trace to the client).
+    #[test]
+    fn cuts_long_statuses_of_any_kind() {
+        use crate::api::{MAX_STATUS_MESSAGE_BYTES, STORAGE_RETRY_DELAY, is_transient, transient};
+        let gate = Gate::new(Arc::new(Authenticator::disabled()), 4, 1024);
+        let long = "AccessDeniedException: Insufficient permissions\n\tat x.y(Z.java:1)".repeat(200);
+        for status in [
+            transient(Code::Unavailable, long.clone(), STORAGE_RETRY_DELAY),
+            Status::invalid_argument(long.clone()),
+            Status::internal(format!("failed to decode Protobuf message: {long}")),
+        ] {
+            let code = status.code();
+            let r = gate.rewrite(status.into_http());
+            let s = status_of_response(&r).unwrap();
+            let headers: usize = r.headers().iter().map(|(k, v)| k.as_str().len() + v.len()).sum();
+            assert!(headers < 6 * 1024, "{code:?}: {headers} bytes of headers");
+            assert!(s.message().len() <= MAX_STATUS_MESSAGE_BYTES + 3, "{code:?}");
+            assert!(s.message().contains("Insufficient permissions"), "{code:?}");
+            assert_eq!(
+                is_transient(&s),
+                code == Code::Unavailable,
+                "RetryInfo kept where it was"
+            );
+        }
     }
 }

@@ -43,6 +43,54 @@ pub fn transient(code: Code, message: impl Into<String>, delay: Duration) -> Sta
     Status::with_error_details(code, message, ErrorDetails::with_retry_info(Some(delay)))
 }
 
+/// The longest status message Solus sends, in bytes (before a "..."
+/// marking the cut): [`bounded`] keeps every status within a few KiB of
+/// reply headers.
+pub const MAX_STATUS_MESSAGE_BYTES: usize = 1024;
+
+/// The longest `grpc-status-details-bin` payload Solus sends, in bytes
+/// before base64 (a RetryInfo detail is the message again plus ~50 bytes).
+pub const MAX_STATUS_DETAILS_BYTES: usize = 2048;
+
+/// `status` within the bounds clients accept: a status travels in HTTP/2
+/// headers (`grpc-message`, percent-encoded, and `grpc-status-details-bin`,
+/// base64), and clients refuse the whole answer beyond their header-list
+/// limit (hyper/h2 16 KiB by default, grpc-java 8 KiB) - the caller then
+/// sees a protocol error instead of the reason. A message longer than
+/// [`MAX_STATUS_MESSAGE_BYTES`] is cut at a char boundary, "..." marking
+/// the cut; the details are rebuilt around the cut message when they carry
+/// RetryInfo (so the retry advice survives), dropped when longer than
+/// [`MAX_STATUS_DETAILS_BYTES`] otherwise. Worst case, all non-ASCII: 3 KiB
+/// of `grpc-message` and under 3 KiB of details. A status within both
+/// bounds is returned as it is.
+pub fn bounded(status: Status) -> Status {
+    let (message, details) = (status.message(), status.details());
+    if message.len() <= MAX_STATUS_MESSAGE_BYTES && details.len() <= MAX_STATUS_DETAILS_BYTES {
+        return status;
+    }
+    let cut = if message.len() <= MAX_STATUS_MESSAGE_BYTES {
+        message.to_string()
+    } else {
+        // `str::floor_char_boundary` is newer than the MSRV.
+        let end = (0..=MAX_STATUS_MESSAGE_BYTES)
+            .rev()
+            .find(|&i| message.is_char_boundary(i))
+            .unwrap_or(0);
+        format!("{}...", &message[..end])
+    };
+    if let Some(delay) = status.get_details_retry_info().and_then(|r| r.retry_delay) {
+        let mut rebuilt = transient(status.code(), cut, delay);
+        *rebuilt.metadata_mut() = status.metadata().clone();
+        return rebuilt;
+    }
+    let details = if details.len() <= MAX_STATUS_DETAILS_BYTES {
+        details.to_vec().into()
+    } else {
+        Default::default()
+    };
+    Status::with_details_and_metadata(status.code(), cut, details, status.metadata().clone())
+}
+
 /// Whether `status` carries a `google.rpc.RetryInfo` detail (see [`transient`]).
 pub fn is_transient(status: &Status) -> bool {
     status.get_details_retry_info().is_some()
@@ -139,6 +187,63 @@ pub(crate) async fn within_deadline<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// HBase's stack trace as it reached a status before `bounded`.
+    fn long_message() -> String {
+        let frame = "\n\tat org.apache.hadoop.hbase.regionserver.HRegion.put(HRegion.java:3217)";
+        format!(
+            "storage unavailable: AccessDeniedException: Insufficient permissions{}",
+            frame.repeat(150)
+        )
+    }
+
+    #[test]
+    fn long_statuses_are_cut_and_keep_their_retry_info() {
+        let long = long_message();
+        assert!(long.len() > 10_000);
+        let s = bounded(transient(Code::Unavailable, long.clone(), STORAGE_RETRY_DELAY));
+        assert_eq!(s.code(), Code::Unavailable);
+        assert_eq!(s.message().len(), MAX_STATUS_MESSAGE_BYTES + 3);
+        assert!(s.message().ends_with("...") && long.starts_with(s.message().trim_end_matches("...")));
+        assert!(s.details().len() <= MAX_STATUS_DETAILS_BYTES, "{}", s.details().len());
+        let retry = s.get_details_retry_info().expect("RetryInfo kept");
+        assert_eq!(retry.retry_delay, Some(STORAGE_RETRY_DELAY));
+        // The details' own copy of the message is the cut one too.
+        let inner = <tonic_types::Status as prost::Message>::decode(s.details()).unwrap();
+        assert_eq!(inner.message, s.message());
+
+        // Whatever the details: longer than the bound, dropped.
+        let plain = Status::with_details(Code::Internal, long.clone(), vec![7u8; 20_000].into());
+        let s = bounded(plain);
+        assert_eq!(
+            (s.code(), s.message().len()),
+            (Code::Internal, MAX_STATUS_MESSAGE_BYTES + 3)
+        );
+        assert!(s.details().is_empty());
+        let small = Status::with_details(Code::Internal, long, vec![7u8; 10].into());
+        assert_eq!(bounded(small).details(), &[7u8; 10]);
+
+        // Within both bounds: untouched; a cut never splits a char.
+        let s = bounded(Status::not_found("deduper \"d\" not found"));
+        assert_eq!(s.message(), "deduper \"d\" not found");
+        let s = bounded(Status::internal("é".repeat(600)));
+        assert_eq!(
+            s.message().trim_end_matches("...").chars().count(),
+            MAX_STATUS_MESSAGE_BYTES / 2
+        );
+    }
+
+    /// The headers of a status cut by `bounded` stay within a few KiB, which
+    /// every gRPC client accepts, also for a message of only non-ASCII
+    /// chars (percent-encoded three bytes each).
+    #[test]
+    fn bounded_status_headers_stay_within_a_few_kib() {
+        for long in [long_message(), "é\n".repeat(5000)] {
+            let http = bounded(transient(Code::Unavailable, long, STORAGE_RETRY_DELAY)).into_http::<()>();
+            let bytes: usize = http.headers().iter().map(|(k, v)| k.as_str().len() + v.len()).sum();
+            assert!(bytes < 6 * 1024, "{bytes} bytes of headers");
+        }
+    }
 
     #[test]
     fn parses_grpc_timeout_units() {

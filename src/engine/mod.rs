@@ -469,6 +469,8 @@ impl Engine {
                 Ok(Ok(Some(d))) => Lookup::Found(Arc::new(d)),
                 Ok(Ok(None)) => Lookup::NotFound,
                 Ok(Err(StorageError::Corrupt(m))) => Lookup::Failed(m, true),
+                // The message only: `cached_deduper` wraps it in Unavailable again.
+                Ok(Err(StorageError::Unavailable(m))) => Lookup::Failed(m, false),
                 Ok(Err(e)) => Lookup::Failed(e.to_string(), false),
                 Err(e) => Lookup::Failed(format!("storage task failed: {e}"), false),
             };

@@ -67,6 +67,9 @@ struct State {
     verdict: Verdict,
     /// The offset last written to the log, ms.
     logged_ms: Option<i64>,
+    /// Why the last probe (measurement or `ping`) failed; `None` once one
+    /// succeeds. Named by the refusal of writes while unmeasured.
+    last_failure: Option<String>,
 }
 
 impl ClockBoundStore {
@@ -82,6 +85,7 @@ impl ClockBoundStore {
             state: Mutex::new(State {
                 verdict: Verdict::Unmeasured,
                 logged_ms: None,
+                last_failure: None,
             }),
         };
         if let Err(e) = store.measure() {
@@ -98,9 +102,15 @@ impl ClockBoundStore {
         self.state().verdict
     }
 
+    /// Keeps why a probe failed, for the refusal of writes while unmeasured.
+    fn probed<T>(&self, outcome: Result<T, StorageError>) -> Result<T, StorageError> {
+        self.state().last_failure = outcome.as_ref().err().map(ToString::to_string);
+        outcome
+    }
+
     /// Measures, records the verdict, exports and logs it.
     fn measure(&self) -> Result<Verdict, StorageError> {
-        let Some(o) = self.inner.clock_offset()? else {
+        let Some(o) = self.probed(self.inner.clock_offset())? else {
             self.state().verdict = Verdict::Unshared;
             return Ok(Verdict::Unshared);
         };
@@ -159,17 +169,25 @@ impl ClockBoundStore {
         ))
     }
 
-    /// `Ok` unless writes are refused now.
+    /// `Ok` unless writes are refused now. While unmeasured the refusal
+    /// gives the last probe's error (an unreachable storage, or one that
+    /// refuses the probe's write, e.g. a principal HBase grants nothing).
     fn may_write(&self) -> Result<(), StorageError> {
         match self.verdict() {
             Verdict::Unshared | Verdict::Within(_) => Ok(()),
             Verdict::Beyond(o) => Err(self.beyond(&o)),
             Verdict::Unmeasured if self.max_offset_ms == 0 => Ok(()),
-            Verdict::Unmeasured => Err(StorageError::Unavailable(format!(
-                "this replica's clock offset against the storage is not measured yet (storage unreachable?); \
-                 writes wait for it ({})",
-                self.setting
-            ))),
+            Verdict::Unmeasured => {
+                let why = match &self.state().last_failure {
+                    Some(e) => format!("the last probe failed: {e}"),
+                    None => "no probe has answered yet (storage unreachable?)".to_string(),
+                };
+                Err(StorageError::Unavailable(format!(
+                    "this replica's clock offset against the storage is not measured yet: {why}; writes wait for \
+                     it ({})",
+                    self.setting
+                )))
+            }
         }
     }
 
@@ -327,7 +345,7 @@ impl Store for ClockBoundStore {
     /// The inner store's probe, then a clock measurement: fails while the
     /// offset is beyond the bound, with the offset in the message.
     fn ping(&self) -> Result<(), StorageError> {
-        self.inner.ping()?;
+        self.probed(self.inner.ping())?;
         match self.measure()? {
             Verdict::Beyond(o) => Err(self.beyond(&o)),
             _ => Ok(()),
@@ -486,13 +504,17 @@ mod tests {
 
     #[test]
     fn unmeasured_refuses_writes_unless_the_bound_is_off_and_unshared_passes_through() {
-        let (fake, s) = bound(500, Err("unreachable".into()));
+        let (fake, s) = bound(
+            500,
+            Err("HBase mutateRow solus_deduper failed: AccessDeniedException".into()),
+        );
         assert_eq!(allowed(&s), (false, true, true));
-        assert!(
-            s.write_bits(&deduper(), &[], 1)
-                .unwrap_err()
-                .to_string()
-                .contains("not measured yet")
+        let refused = s.write_bits(&deduper(), &[], 1).unwrap_err().to_string();
+        assert_eq!(
+            refused,
+            "storage unavailable: this replica's clock offset against the storage is not measured yet: the last \
+             probe failed: storage unavailable: HBase mutateRow solus_deduper failed: AccessDeniedException; \
+             writes wait for it (the.setting)"
         );
         assert_eq!(s.min_ttl_ms(), 1000);
         fake.set(offset(10));

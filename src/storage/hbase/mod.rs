@@ -53,7 +53,8 @@
 //!
 //! # Failures
 //! Every failure is `StorageError::Unavailable` with the call and HBase's
-//! message (`pool.rs`); idempotent calls are retried within the configured
+//! message (`pool.rs`), shortened to its first line (`java_error.rs`: HBase
+//! sends whole Java stack traces); idempotent calls are retried within the configured
 //! budget. If HBase is down at start-up the store still opens; tables are
 //! checked as soon as it answers, and `ping` (used by the health watcher)
 //! fails until then. A table HBase reports missing at runtime is re-created
@@ -67,6 +68,7 @@ pub mod config;
 mod data;
 mod gssapi;
 mod guard;
+mod java_error;
 mod kerberos;
 mod lifecycle;
 mod meta;

@@ -38,6 +38,7 @@ use thrift::transport::{
 };
 
 use super::config::{HbaseConfig, Protocol, Transport};
+use super::java_error::summary;
 use super::kerberos::Kerberos;
 use crate::storage::{StorageError, caller};
 
@@ -129,31 +130,34 @@ fn is_timeout(t: &thrift::TransportError) -> bool {
         .any(|s| m.contains(s))
 }
 
-/// Maps a Thrift error; `broken` is set when the connection must not be reused.
+/// Maps a Thrift error; `broken` is set when the connection must not be
+/// reused. HBase's texts are shortened to their first line(s) (a Java stack
+/// trace otherwise, see `java_error.rs`), for the log and the caller alike.
 fn classify(e: thrift::Error, peer: SocketAddr, timeouts: Timeouts, broken: &mut bool) -> HbaseError {
     match e {
         thrift::Error::User(u) => {
             if let Some(io) = u.downcast_ref::<IOError>() {
                 return HbaseError::Io {
-                    message: io.message.clone().unwrap_or_default(),
+                    message: summary(io.message.as_deref().unwrap_or_default()),
                     retry: io.can_retry.unwrap_or(false),
                 };
             }
             if let Some(ia) = u.downcast_ref::<IllegalArgument>() {
-                return HbaseError::IllegalArgument(ia.message.clone().unwrap_or_default());
+                return HbaseError::IllegalArgument(summary(ia.message.as_deref().unwrap_or_default()));
             }
             if let Some(ae) = u.downcast_ref::<AlreadyExists>() {
-                return HbaseError::AlreadyExists(ae.message.clone().unwrap_or_default());
+                return HbaseError::AlreadyExists(summary(ae.message.as_deref().unwrap_or_default()));
             }
             *broken = true;
-            HbaseError::Connection(format!("unexpected answer from {peer}: {u}"))
+            HbaseError::Connection(format!("unexpected answer from {peer}: {}", summary(&u.to_string())))
         }
         // The Display of these errors shows only their kind: add the message.
         thrift::Error::Application(a) => {
             *broken = true;
             HbaseError::Connection(format!(
                 "Thrift application error from {peer}: {:?}: {}",
-                a.kind, a.message
+                a.kind,
+                summary(&a.message)
             ))
         }
         thrift::Error::Transport(t) if is_timeout(&t) => {
@@ -603,6 +607,39 @@ mod tests {
         let mut broken = false;
         let e = classify(thrift::Error::from(e), peer, timeouts, &mut broken);
         (e, broken)
+    }
+
+    /// HBase's `IOError` for a principal granted nothing is its Java stack
+    /// trace: the error keeps the exception and its message only.
+    #[test]
+    fn hbase_stack_traces_are_kept_to_their_first_line() {
+        let first = "org.apache.hadoop.hbase.security.AccessDeniedException: Insufficient permissions for user \
+                     'stranger' (table=shop_dedupers, action=READ)";
+        let trace = format!(
+            "{first}\n{}",
+            "\tat org.apache.hadoop.hbase.ipc.RpcHandler.run(RpcHandler.java:85)\n".repeat(100)
+        );
+        let peer: SocketAddr = "127.0.0.1:9090".parse().unwrap();
+        let timeouts = Timeouts {
+            read_ms: 300,
+            write_ms: 400,
+            hint: "",
+        };
+        let user = thrift::Error::User(Box::new(IOError::new(trace, false)));
+        let mut broken = false;
+        let e = classify(user, peer, timeouts, &mut broken);
+        assert!(!broken, "an HBase answer leaves the connection usable");
+        assert_eq!(
+            e,
+            HbaseError::Io {
+                message: first.to_string(),
+                retry: false
+            }
+        );
+        assert_eq!(
+            e.into_storage("getRowWithColumns shop_dedupers").to_string(),
+            format!("storage unavailable: HBase getRowWithColumns shop_dedupers failed: HBase IOError: {first}")
+        );
     }
 
     #[test]
