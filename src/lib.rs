@@ -17,3 +17,4 @@ pub mod heap;
 pub mod metrics;
 pub mod server;
 pub mod storage;
+pub mod text;

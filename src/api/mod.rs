@@ -68,16 +68,7 @@ pub fn bounded(status: Status) -> Status {
     if message.len() <= MAX_STATUS_MESSAGE_BYTES && details.len() <= MAX_STATUS_DETAILS_BYTES {
         return status;
     }
-    let cut = if message.len() <= MAX_STATUS_MESSAGE_BYTES {
-        message.to_string()
-    } else {
-        // `str::floor_char_boundary` is newer than the MSRV.
-        let end = (0..=MAX_STATUS_MESSAGE_BYTES)
-            .rev()
-            .find(|&i| message.is_char_boundary(i))
-            .unwrap_or(0);
-        format!("{}...", &message[..end])
-    };
+    let cut = crate::text::truncate(message, MAX_STATUS_MESSAGE_BYTES);
     if let Some(delay) = status.get_details_retry_info().and_then(|r| r.retry_delay) {
         let mut rebuilt = transient(status.code(), cut, delay);
         *rebuilt.metadata_mut() = status.metadata().clone();

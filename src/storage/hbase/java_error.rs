@@ -37,7 +37,7 @@ pub fn summary(message: &str) -> String {
     {
         push_cause(&mut head, cause);
     }
-    bounded(&head.join(" | "), MAX_SUMMARY_BYTES)
+    crate::text::truncate(&head.join(" | "), MAX_SUMMARY_BYTES)
 }
 
 /// Adds a `Caused by: X: message` line unless `message` is already said.
@@ -49,16 +49,6 @@ fn push_cause<'a>(head: &mut Vec<&'a str>, cause: &'a str) {
     if !said {
         head.push(cause);
     }
-}
-
-/// `text` cut to at most `max` bytes at a char boundary, "..." marking a cut.
-pub fn bounded(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    // `str::floor_char_boundary` is newer than the MSRV.
-    let end = (0..=max).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
-    format!("{}...", &text[..end])
 }
 
 #[cfg(test)]
@@ -110,7 +100,7 @@ mod tests {
         let s = summary(&long);
         assert!(s.ends_with("...") && s.len() <= MAX_SUMMARY_BYTES + 3, "{}", s.len());
         assert_eq!(s.trim_end_matches("...").chars().count(), MAX_SUMMARY_BYTES / 2);
-        assert_eq!(bounded("abc", 3), "abc");
-        assert_eq!(bounded("abcd", 3), "abc...");
+        assert_eq!(crate::text::truncate("abc", 3), "abc");
+        assert_eq!(crate::text::truncate("abcd", 3), "abc...");
     }
 }
