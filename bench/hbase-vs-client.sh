@@ -20,7 +20,10 @@
 # runs Solus first), MAX_BITS_PER_SHARD (Solus's limits.max_bits_per_shard when
 # creating the deduper: 1048576 gives 10 shards for the defaults, 240000 40,
 # 96000 100), DEDUPER (default: a fresh name per run), TABLE (solus_deduper),
-# SOLUS_READ_LEGACY_MARKERS (passed to the server when set), RAW_OUT (a file
+# SOLUS_READ_LEGACY_MARKERS (passed to the server when set), FILL (0: entities
+# added through Solus before the first run, key:0 up, so every run reads rows
+# already that full; 600000 fills the default deduper to ~35%; then SETTLE_SECONDS,
+# 60, of rest for HBase's flushes and compactions), RAW_OUT (a file
 # that gets every run's JSON line). SOLUS_HBASE_HEAP / SOLUS_HBASE_THRIFT_HEAP
 # as deploy/hbase/standalone.sh. Needs Java 11+, Maven, Python 3; cargo unless
 # SOLUS_BIN is set. Takes about 10 minutes by default (12 runs of BENCH_SECONDS,
@@ -196,6 +199,16 @@ print(f'{r["entities_per_second"]:.0f} {r["latency_p99_ms"]:.1f} {failed} {(m1 -
 EOF
 }
 
+fill="${FILL:-0}"
+if ((fill > 0)); then
+    echo "filling $client/$deduper with $fill adds (key:0 to key:$((fill - 1)))" >&2
+    "$solus" bench --addr "$addr" --client "$client" --deduper "$deduper" --op add --batch 5000 --concurrency 2 \
+        --sequential --key-space "$fill" --json --quiet >/dev/null || die "filling the deduper failed (log: $work/serve.log)"
+    # The fill's memstore flushes and compactions would otherwise land in the first runs.
+    echo "letting HBase flush and compact for ${SETTLE_SECONDS:-60} s" >&2
+    sleep "${SETTLE_SECONDS:-60}"
+fi
+
 rows=()
 for b in $batch $big_batch; do
     for op in $works; do
@@ -223,7 +236,7 @@ r = json.loads(sys.stdin.read() or "{}")
 print("shards %s, bits per shard %s, k %s" % (r.get("shards"), r.get("bits_per_shard"), r.get("hash_functions")))')"
 echo
 echo "Solus ($solus) vs HBase's own client; deduper n = $n, p = $p ($geometry), concurrency $concurrency,"
-echo "random keys over ${key_space}, ${seconds} s per run; CPU = HBase region-server + Thrift JVM CPU seconds per 1,000 entities"
+echo "random keys over ${key_space}, ${fill} entities added first, ${seconds} s per run; CPU = HBase region-server + Thrift JVM CPU seconds per 1,000 entities"
 printf '%s\n' "${rows[@]}" | python3 -c '
 import sys
 runs = {}

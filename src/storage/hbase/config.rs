@@ -388,6 +388,10 @@ mod tests {
         assert!(bad(|c| c.pool_size = 0).contains("pool_size"));
         assert!(bad(|c| c.read_timeout_ms = 0).contains("timeouts"));
         assert!(bad(|c| c.max_request_bytes = 100).contains("max_request_bytes"));
+        assert!(bad(|c| c.read_rounds = 0).contains("read_rounds must be 1"));
+        assert!(bad(|c| c.read_rounds = 3).contains("not 3"));
+        assert_eq!(parse("read_rounds = 1").read_rounds, 1);
+        assert_eq!(HbaseConfig::default().read_rounds, 2);
         let framed = bad(|c| {
             c.kerberos.enabled = true;
             c.transport = Transport::Framed;
