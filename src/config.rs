@@ -303,7 +303,6 @@ pub const KEYS: &[&str] = &[
     "storage.hbase.create_tables",
     "storage.hbase.read_legacy_markers",
     "storage.hbase.max_cells_per_read",
-    "storage.hbase.read_rounds",
     "storage.hbase.max_request_bytes",
     "storage.hbase.add_if_absent_guard",
     "storage.hbase.max_clock_offset_ms",

@@ -317,17 +317,6 @@ impl Plan {
     }
 
     /// Positions in `addrs` of entity `i`'s bits, in bit order.
-    /// The entities behind sorted, unique addresses, for a store that reads
-    /// in rounds; `None` for a plan in entity order (no index).
-    fn entities(&self, now_ms: i64, earlier_count_as_set: bool) -> Option<crate::storage::Entities<'_>> {
-        Some(crate::storage::Entities {
-            k: self.k,
-            index: self.index.as_deref()?,
-            now_ms,
-            earlier_count_as_set,
-        })
-    }
-
     fn entity_bits(&self, i: usize) -> impl Iterator<Item = usize> + '_ {
         let slots = i * self.k..(i + 1) * self.k;
         let index = self.index.as_deref().map(|index| &index[slots.clone()]);
@@ -721,10 +710,7 @@ impl Engine {
                 }
                 absent
             } else {
-                let cells = match plan.entities(now, false) {
-                    Some(behind) => store.read_entities(&d, &plan.addrs, &behind)?,
-                    None => store.read_bits(&d, &plan.addrs)?,
-                };
+                let cells = store.read_bits(&d, &plan.addrs)?;
                 check_len(&cells, &plan)?;
                 (0..entities.len())
                     .map(|i| plan.entity_bits(i).any(|a| !cells[a].is_set(now)))
@@ -825,19 +811,14 @@ impl Engine {
             }
             if key.is_none() && record_ids.is_empty() {
                 // Nothing to record between the read and the write.
-                let cells = match plan.entities(now, true) {
-                    Some(behind) => {
-                        store.read_and_write_entities(&d, &plan.addrs, &behind, expire, &mut |_: &[Cell]| Ok(()))?
-                    }
-                    None => store.read_then_write_bits(&d, &plan.addrs, expire)?,
-                };
+                let cells = store.read_then_write_bits(&d, &plan.addrs, expire)?;
                 check_len(&cells, &plan)?;
                 return Ok(answer_of(&plan, entities.len(), &cells, now));
             }
             let mut answer = None;
             let mut earlier = None;
             let mut replayed = vec![false; entities.len()];
-            let mut before_write = |cells: &[Cell]| {
+            let result = store.read_and_write_bits(&d, &plan.addrs, expire, &mut |cells: &[Cell]| {
                 if cells.len() != plan.addrs.len() {
                     return Err(StorageError::Corrupt(format!(
                         "storage answered {} cells for {} bits",
@@ -874,11 +855,7 @@ impl Engine {
                 }
                 answer = Some(absent);
                 Ok(())
-            };
-            let result = match plan.entities(now, true) {
-                Some(behind) => store.read_and_write_entities(&d, &plan.addrs, &behind, expire, &mut before_write),
-                None => store.read_and_write_bits(&d, &plan.addrs, expire, &mut before_write),
-            };
+            });
             if let (Some(e), Some(digest)) = (earlier, &digest) {
                 let record = Record::decode(&e)?;
                 record.check_same(Kind::AddIfAbsent, digest)?;

@@ -38,8 +38,7 @@
 use std::sync::{Arc, Mutex};
 
 use super::{
-    BeforeWrite, BitAddr, BitStats, Cell, Change, ClockOffset, Entities, RecordFingerprint, RequestKey, StorageError,
-    Store,
+    BeforeWrite, BitAddr, BitStats, Cell, Change, ClockOffset, RecordFingerprint, RequestKey, StorageError, Store,
 };
 use crate::deduper::Deduper;
 
@@ -250,29 +249,6 @@ impl Store for ClockBoundStore {
     ) -> Result<Vec<Cell>, StorageError> {
         self.may_write()?;
         self.inner.read_then_write_bits(deduper, bits, expire_ms)
-    }
-
-    fn read_entities(
-        &self,
-        deduper: &Deduper,
-        bits: &[BitAddr],
-        entities: &Entities<'_>,
-    ) -> Result<Vec<Cell>, StorageError> {
-        self.may_judge_expiry()?;
-        self.inner.read_entities(deduper, bits, entities)
-    }
-
-    fn read_and_write_entities(
-        &self,
-        deduper: &Deduper,
-        bits: &[BitAddr],
-        entities: &Entities<'_>,
-        expire_ms: i64,
-        before_write: &mut BeforeWrite<'_>,
-    ) -> Result<Vec<Cell>, StorageError> {
-        self.may_write()?;
-        self.inner
-            .read_and_write_entities(deduper, bits, entities, expire_ms, before_write)
     }
 
     fn create_deduper(&self, deduper: &Deduper) -> Result<(), StorageError> {

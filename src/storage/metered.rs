@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{
-    BeforeWrite, BitAddr, BitOrder, BitStats, Cell, Change, ClockOffset, Entities, RecordFingerprint, RequestKey,
-    StorageError, Store,
+    BeforeWrite, BitAddr, BitOrder, BitStats, Cell, Change, ClockOffset, RecordFingerprint, RequestKey, StorageError,
+    Store,
 };
 use crate::deduper::Deduper;
 use crate::metrics;
@@ -80,29 +80,6 @@ impl Store for MeteredStore {
     ) -> Result<Vec<Cell>, StorageError> {
         Self::timed("read_and_write_bits", || {
             self.inner.read_then_write_bits(deduper, bits, expire_ms)
-        })
-    }
-
-    fn read_entities(
-        &self,
-        deduper: &Deduper,
-        bits: &[BitAddr],
-        entities: &Entities<'_>,
-    ) -> Result<Vec<Cell>, StorageError> {
-        Self::timed("read_bits", || self.inner.read_entities(deduper, bits, entities))
-    }
-
-    fn read_and_write_entities(
-        &self,
-        deduper: &Deduper,
-        bits: &[BitAddr],
-        entities: &Entities<'_>,
-        expire_ms: i64,
-        before_write: &mut BeforeWrite<'_>,
-    ) -> Result<Vec<Cell>, StorageError> {
-        Self::timed("read_and_write_bits", || {
-            self.inner
-                .read_and_write_entities(deduper, bits, entities, expire_ms, before_write)
         })
     }
 

@@ -15,9 +15,6 @@ pub mod clock_bound;
 pub mod embedded;
 pub mod hbase;
 pub mod metered;
-pub mod rounds;
-
-pub use rounds::Entities;
 
 /// One bit of one shard row of a deduper.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -204,38 +201,6 @@ pub trait Store: Send + Sync + 'static {
         expire_ms: i64,
     ) -> Result<Vec<Cell>, StorageError> {
         self.read_and_write_bits(deduper, bits, expire_ms, &mut |_: &[Cell]| Ok(()))
-    }
-
-    /// [`Store::read_bits`] of sorted, unique `bits` with the `entities`
-    /// behind them. A store may read them in rounds
-    /// ([`rounds::read_in_rounds`]: the HBase store does) and leave the cells
-    /// no entity's answer needs unset; the answers computed from the cells
-    /// are the same. The default reads every cell. Errors: `read_bits`'s.
-    fn read_entities(
-        &self,
-        deduper: &Deduper,
-        bits: &[BitAddr],
-        entities: &Entities<'_>,
-    ) -> Result<Vec<Cell>, StorageError> {
-        let _ = entities;
-        self.read_bits(deduper, bits)
-    }
-
-    /// [`Store::read_and_write_bits`] of sorted, unique `bits` with the
-    /// `entities` behind them: its read may go in rounds as in
-    /// [`Store::read_entities`] (`before_write` and the answer see unset
-    /// cells where no answer needs one); every bit is written. The default
-    /// calls `read_and_write_bits`.
-    fn read_and_write_entities(
-        &self,
-        deduper: &Deduper,
-        bits: &[BitAddr],
-        entities: &Entities<'_>,
-        expire_ms: i64,
-        before_write: &mut BeforeWrite<'_>,
-    ) -> Result<Vec<Cell>, StorageError> {
-        let _ = entities;
-        self.read_and_write_bits(deduper, bits, expire_ms, before_write)
     }
 
     /// Stores a new deduper config; [`StorageError::AlreadyExists`] when the

@@ -3,9 +3,7 @@
 //! only; small requests share one `getRowsWithColumns`), Add one
 //! `mutateRowsTs`, AddIfAbsent the reads and the write plus, with the guard
 //! (default), one `checkAndPut` per touched shard row; rows with more than
-//! `max_cells_per_read` columns are read in slices. Counted with
-//! `read_rounds = 1` (every bit in one read); two rounds repeat this plan
-//! for the bits of the entities the first did not answer.
+//! `max_cells_per_read` columns are read in slices.
 
 use hbase_emulator::{Emulator, Protocol, Transport};
 
@@ -77,9 +75,6 @@ async fn one_read_and_one_write_call_per_request() {
     for guard in [true, false] {
         let mut b = TestBackend::hbase();
         b.settings.storage.hbase.add_if_absent_guard = guard;
-        // One round: these counts are of the one-read plan (two rounds are in
-        // hbase_shared/reads.rs and the first round of each is this plan).
-        b.settings.storage.hbase.read_rounds = 1;
         calls_per_request(&b, guard).await;
     }
 }
@@ -128,7 +123,6 @@ async fn calls_per_request(b: &TestBackend, guard: bool) {
 async fn big_rows_are_read_in_slices() {
     let mut b = TestBackend::hbase();
     b.settings.storage.hbase.max_cells_per_read = 300;
-    b.settings.storage.hbase.read_rounds = 1;
     let s = TestServer::start(&b).await;
     let d = s
         .admin()

@@ -40,7 +40,6 @@ macro_rules! hbase_shared_cases {
             legacy_markers_count_and_ttl_cells_override_them,
             auto_legacy_markers_follow_who_created_the_deduper,
             a_batch_of_10000_succeeds_with_default_hbase_settings,
-            two_round_reads_answer_as_one_read_of_every_bit,
             concurrent_add_if_absent_of_new_entities_answers_absent,
             a_delete_covers_bits_written_under_a_longer_expiry,
             a_replica_with_another_table_refuses_to_delete_the_deduper,

@@ -217,13 +217,6 @@ pub struct HbaseConfig {
     /// Also bounds a call's (row, column) pairs when small requests share
     /// one `getRowsWithColumns` (see docs/hbase.md, "Reads"). Default 4,096.
     pub max_cells_per_read: u64,
-    /// Rounds of a data read that knows its entities (`CheckAbsence`,
-    /// `AddIfAbsent`): 2 (default) asks about 0.3 `k` bits of every entity
-    /// first, then the other bits of only the entities those did not answer
-    /// (one more round trip, about half the cells asked of HBase at 57% fill,
-    /// far fewer on emptier rows); 1 asks every bit at once. See
-    /// docs/hbase.md, "Reads in two rounds".
-    pub read_rounds: u32,
     /// Largest Thrift request, in bytes (estimated from above for the binary
     /// protocol). HBase's framed server drops connections sending frames
     /// over `hbase.regionserver.thrift.framed.max_frame_size_in_mb` (2 MB by
@@ -278,7 +271,6 @@ impl Default for HbaseConfig {
             create_tables: true,
             read_legacy_markers: LegacyMarkers::Auto,
             max_cells_per_read: 4_096,
-            read_rounds: 2,
             max_request_bytes: 1 << 20,
             add_if_absent_guard: true,
             max_clock_offset_ms: 500,
@@ -302,12 +294,6 @@ impl HbaseConfig {
         }
         if self.max_cells_per_read == 0 {
             return Err("storage.hbase.max_cells_per_read must be at least 1".into());
-        }
-        if !(1..=2).contains(&self.read_rounds) {
-            return Err(format!(
-                "storage.hbase.read_rounds must be 1 (every bit in one read) or 2 (two rounds), not {}",
-                self.read_rounds
-            ));
         }
         if self.max_request_bytes < 4096 {
             return Err("storage.hbase.max_request_bytes must be at least 4096".into());
@@ -388,10 +374,6 @@ mod tests {
         assert!(bad(|c| c.pool_size = 0).contains("pool_size"));
         assert!(bad(|c| c.read_timeout_ms = 0).contains("timeouts"));
         assert!(bad(|c| c.max_request_bytes = 100).contains("max_request_bytes"));
-        assert!(bad(|c| c.read_rounds = 0).contains("read_rounds must be 1"));
-        assert!(bad(|c| c.read_rounds = 3).contains("not 3"));
-        assert_eq!(parse("read_rounds = 1").read_rounds, 1);
-        assert_eq!(HbaseConfig::default().read_rounds, 2);
         let framed = bad(|c| {
             c.kerberos.enabled = true;
             c.transport = Transport::Framed;

@@ -89,10 +89,8 @@ use self::data::ReadGroup;
 use self::pool::{Pool, Retry};
 use self::tables::Tables;
 pub use self::tables::{data_family, meta_family};
-use super::rounds;
 use super::{
-    BeforeWrite, BitAddr, BitStats, Cell, Change, ClockOffset, Entities, RecordFingerprint, RequestKey, StorageError,
-    Store,
+    BeforeWrite, BitAddr, BitStats, Cell, Change, ClockOffset, RecordFingerprint, RequestKey, StorageError, Store,
 };
 use crate::clock::now_ms;
 use crate::contract::layout;
@@ -190,30 +188,6 @@ impl HbaseStore {
         Ok(self.read_with_guards(d, bits, false)?.0)
     }
 
-    /// [`HbaseStore::read_with_guards`] in `read_rounds` rounds when the
-    /// entities are known (`rounds.rs`); the guards are read with the first
-    /// round, which touches every row of the request (each entity has a bit
-    /// in it), so still no later than any bit.
-    fn read_planned(
-        &self,
-        d: &Deduper,
-        bits: &[BitAddr],
-        entities: Option<&Entities<'_>>,
-        guards: bool,
-    ) -> Result<(Vec<Cell>, guard::GuardValues), StorageError> {
-        let Some(entities) = entities.filter(|_| self.config.read_rounds >= 2) else {
-            return self.read_with_guards(d, bits, guards);
-        };
-        let mut first_guards = None;
-        let cells = rounds::read_in_rounds(bits.len(), entities, |which| {
-            let want_guards = guards && first_guards.is_none();
-            let (cells, values) = self.read_with_guards(d, &rounds::addrs_of(bits, which), want_guards)?;
-            first_guards.get_or_insert(values);
-            Ok(cells)
-        })?;
-        Ok((cells, first_guards.unwrap_or_default()))
-    }
-
     /// The cells of `bits`, and with `guards` the `AddIfAbsent` guard value
     /// of every touched row, read no later than its bits (`guard.rs`).
     fn read_with_guards(
@@ -281,7 +255,6 @@ impl HbaseStore {
         &self,
         d: &Deduper,
         bits: &[BitAddr],
-        entities: Option<&Entities<'_>>,
         expire_ms: i64,
         before_write: &mut BeforeWrite<'_>,
     ) -> Result<Vec<Cell>, StorageError> {
@@ -298,7 +271,7 @@ impl HbaseStore {
             .map(|&s| layout::data_row_key(s, &d.client_id, &d.name))
             .collect();
         let _held = self.row_locks.lock(&table, &rows);
-        let (mut cells, guards) = self.read_planned(d, bits, entities, true)?;
+        let (mut cells, guards) = self.read_with_guards(d, bits, true)?;
         before_write(&cells)?;
         self.write(d, bits, expire_ms)?;
         let ttl_ms = i64::try_from(d.expiry_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
@@ -327,25 +300,6 @@ impl HbaseStore {
                 }
             }
         }
-        Ok(cells)
-    }
-
-    /// Read (in rounds with `entities`), `before_write`, write, and with
-    /// `add_if_absent_guard` the guard swaps.
-    fn read_and_write(
-        &self,
-        d: &Deduper,
-        bits: &[BitAddr],
-        entities: Option<&Entities<'_>>,
-        expire_ms: i64,
-        before_write: &mut BeforeWrite<'_>,
-    ) -> Result<Vec<Cell>, StorageError> {
-        if self.config.add_if_absent_guard {
-            return self.guarded_read_and_write(d, bits, entities, expire_ms, before_write);
-        }
-        let (cells, _) = self.read_planned(d, bits, entities, false)?;
-        before_write(&cells)?;
-        self.write(d, bits, expire_ms)?;
         Ok(cells)
     }
 
@@ -491,30 +445,13 @@ impl Store for HbaseStore {
         expire_ms: i64,
         before_write: &mut BeforeWrite<'_>,
     ) -> Result<Vec<Cell>, StorageError> {
-        self.read_and_write(deduper, bits, None, expire_ms, before_write)
-    }
-
-    /// `read_bits` in `read_rounds` rounds (`rounds.rs`): the entities
-    /// answered by their first bits have the rest of theirs left unread.
-    fn read_entities(
-        &self,
-        deduper: &Deduper,
-        bits: &[BitAddr],
-        entities: &Entities<'_>,
-    ) -> Result<Vec<Cell>, StorageError> {
-        Ok(self.read_planned(deduper, bits, Some(entities), false)?.0)
-    }
-
-    /// `read_and_write_bits` with its read in rounds as in `read_entities`.
-    fn read_and_write_entities(
-        &self,
-        deduper: &Deduper,
-        bits: &[BitAddr],
-        entities: &Entities<'_>,
-        expire_ms: i64,
-        before_write: &mut BeforeWrite<'_>,
-    ) -> Result<Vec<Cell>, StorageError> {
-        self.read_and_write(deduper, bits, Some(entities), expire_ms, before_write)
+        if self.config.add_if_absent_guard {
+            return self.guarded_read_and_write(deduper, bits, expire_ms, before_write);
+        }
+        let cells = self.read(deduper, bits)?;
+        before_write(&cells)?;
+        self.write(deduper, bits, expire_ms)?;
+        Ok(cells)
     }
 
     /// Errors besides the claim's (`meta.rs`): `Precondition` while a
