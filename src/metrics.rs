@@ -102,6 +102,10 @@ pub const READY: &str = "solus_ready";
 /// Record ids remembered (answered absent), and answers given again from
 /// a remembered record id (replays), over all dedupers.
 pub const RECORDS_REMEMBERED: &str = "solus_records_remembered_total";
+/// Resizes started (a successor generation recorded) by this process.
+pub const RESIZES_STARTED: &str = "solus_resizes_started_total";
+/// Older generations retired (dropped, data freed) by this process.
+pub const GENERATIONS_RETIRED: &str = "solus_generations_retired_total";
 pub const RECORD_REPLAYS: &str = "solus_record_replays_total";
 /// Record ids the embedded store holds in memory (expired ones until swept).
 pub const RECORDS_HELD: &str = "solus_records_held";
@@ -141,6 +145,8 @@ struct Metrics {
     ready: Gauge,
     journal_unreadable: Gauge,
     records_remembered: Counter,
+    resizes_started: Counter,
+    generations_retired: Counter,
     record_replays: Counter,
     records_held: Gauge,
     clock_offset: FloatGauge,
@@ -256,6 +262,18 @@ impl Metrics {
             "Embedded journal records found damaged and lost at this start-up",
             journal_unreadable.clone(),
         );
+        let resizes_started = Counter::default();
+        registry.register(
+            counter_name(RESIZES_STARTED),
+            "Resizes started by this process: successor generations recorded (docs/operations.md, Resizing)",
+            resizes_started.clone(),
+        );
+        let generations_retired = Counter::default();
+        registry.register(
+            counter_name(GENERATIONS_RETIRED),
+            "Older deduper generations retired by this process (their data freed)",
+            generations_retired.clone(),
+        );
         let records_remembered = Counter::default();
         registry.register(
             counter_name(RECORDS_REMEMBERED),
@@ -344,6 +362,8 @@ impl Metrics {
             ready,
             journal_unreadable,
             records_remembered,
+            resizes_started,
+            generations_retired,
             record_replays,
             records_held,
             clock_offset,
@@ -614,6 +634,16 @@ pub fn records(remembered: usize, replays: usize) {
     let m = m();
     m.records_remembered.inc_by(remembered as u64);
     m.record_replays.inc_by(replays as u64);
+}
+
+/// Counts one resize started.
+pub fn resize_started() {
+    m().resizes_started.inc();
+}
+
+/// Counts one older generation retired.
+pub fn generation_retired() {
+    m().generations_retired.inc();
 }
 
 /// Sets the gauge of record ids held in memory.

@@ -32,6 +32,9 @@ use crate::storage::metered::MeteredStore;
 /// Health service name of the data path: SERVING while storage is reachable.
 pub const DATA_SERVICE_NAME: &str = "solus.v1.DeduperService";
 
+/// How often older generations of resized dedupers are checked for retirement.
+const RETIRE_PASS_INTERVAL: Duration = Duration::from_millis(500);
+
 /// Health service name of recovery damage ([`Store::damage`]): SERVING when
 /// there is none, NOT_SERVING while damaged journal files are kept aside.
 /// Not asked by the probes: the replica serves what it could read.
@@ -460,6 +463,17 @@ pub async fn serve(
             }
         })
     });
+    // Retires older generations of resized dedupers on time (cheap when
+    // none is due: no storage call).
+    let retire_pass = {
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(RETIRE_PASS_INTERVAL).await;
+                engine.retire_generations().await;
+            }
+        })
+    };
     if settings.limits.allow_biased_bits_per_shard {
         tracing::warn!(
             "limits.allow_biased_bits_per_shard is on: CreateDeduper accepts bits_per_shard above 2^30, whose bit \
@@ -581,6 +595,8 @@ pub async fn serve(
         task.abort();
         let _ = task.await;
     }
+    retire_pass.abort();
+    let _ = retire_pass.await;
     if let Some(task) = sighup {
         task.abort();
     }

@@ -209,6 +209,10 @@ impl Store for ClockBoundStore {
         self.inner.bit_order()
     }
 
+    fn supports_generations(&self) -> bool {
+        self.inner.supports_generations()
+    }
+
     fn read_bits(&self, deduper: &Deduper, bits: &[BitAddr]) -> Result<Vec<Cell>, StorageError> {
         self.may_judge_expiry()?;
         self.inner.read_bits(deduper, bits)

@@ -41,6 +41,10 @@ impl Store for MeteredStore {
         self.inner.bit_order()
     }
 
+    fn supports_generations(&self) -> bool {
+        self.inner.supports_generations()
+    }
+
     fn read_bits(&self, deduper: &Deduper, bits: &[BitAddr]) -> Result<Vec<Cell>, StorageError> {
         Self::timed("read_bits", || self.inner.read_bits(deduper, bits))
     }

@@ -354,6 +354,7 @@ pub fn decode_deduper(client_id: &str, columns: &BTreeMap<Vec<u8>, TCell>) -> Re
         data_location,
         max_expiry_seconds,
         may_hold_legacy_markers,
+        generations: Vec::new(),
     }))
 }
 
@@ -380,6 +381,7 @@ mod tests {
             data_location: sized.then(|| "solus_deduper_dc1".to_string()),
             max_expiry_seconds: None,
             may_hold_legacy_markers: sized,
+            generations: Vec::new(),
         }
     }
 
