@@ -468,6 +468,7 @@ pub async fn serve(
     let retire_pass = {
         let engine = engine.clone();
         tokio::spawn(async move {
+            engine.resume_resizes().await;
             loop {
                 tokio::time::sleep(RETIRE_PASS_INTERVAL).await;
                 engine.retire_generations().await;

@@ -375,3 +375,25 @@ async fn a_store_that_keeps_no_generations_refuses_a_resize_and_changes_nothing(
     let d = get(&s, "h").await;
     assert_eq!((d.expected_insertions, d.generations.len()), (Some(1000), 0));
 }
+
+#[tokio::test]
+async fn a_restarted_server_retires_the_older_generation_on_time_unasked() {
+    let b = backend();
+    let s = TestServer::start(&b).await;
+    s.admin()
+        .create_deduper(create_np(C, "resume", 1000, 0.01, 2))
+        .await
+        .unwrap();
+    add_if_absent_all(&s, "resume", &keys("k", 500)).await;
+    let d = resize(&s, "resume", Some(5000), None).await.unwrap();
+    s.stop().await;
+    let file = b.data_path().join("filters").join(C).join("resume.bits");
+    assert!(file.exists(), "generation 0's pages are saved at shutdown");
+    // No call names the deduper after the restart.
+    let s = TestServer::start(&b).await;
+    sleep_until(d.generations[0].retire_at_ms.unwrap() + 1500).await;
+    s.stop().await;
+    assert!(!file.exists(), "retired by the restarted server");
+    let s = TestServer::start(&b).await;
+    assert_eq!(get(&s, "resume").await.generations.len(), 1);
+}

@@ -145,6 +145,28 @@ impl Engine {
         Ok(updated)
     }
 
+    /// Makes the retirement pass know every deduper the store records
+    /// generations of (called at start-up: a restart resumes retirements
+    /// without waiting for each deduper to be used). Failures are logged;
+    /// such a deduper is then resumed when it is next looked up.
+    pub async fn resume_resizes(&self) {
+        let store = self.store.clone();
+        match Self::blocking(move || Ok(store.resized_dedupers()?)).await {
+            Ok(list) => {
+                for d in &list {
+                    self.stats.note(d);
+                }
+                if !list.is_empty() {
+                    tracing::info!(
+                        dedupers = list.len(),
+                        "resumed the retirement of resized dedupers' generations"
+                    );
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "listing resized dedupers failed; each resumes when next looked up"),
+        }
+    }
+
     /// One retirement pass: drops from its config, and frees the data of,
     /// every generation past its `retire_at_ms` among the dedupers this
     /// server has seen. Failures are logged and retried on the next pass.

@@ -213,6 +213,10 @@ impl Store for ClockBoundStore {
         self.inner.supports_generations()
     }
 
+    fn resized_dedupers(&self) -> Result<Vec<Deduper>, StorageError> {
+        self.inner.resized_dedupers()
+    }
+
     fn read_bits(&self, deduper: &Deduper, bits: &[BitAddr]) -> Result<Vec<Cell>, StorageError> {
         self.may_judge_expiry()?;
         self.inner.read_bits(deduper, bits)

@@ -211,6 +211,14 @@ pub trait Store: Send + Sync + 'static {
         false
     }
 
+    /// Every deduper config that records generations (a resize under way
+    /// or done), of every client: what a restarted server resumes
+    /// retiring. Empty by default (stores that keep no generations).
+    /// Errors: `Unavailable`, `Corrupt`.
+    fn resized_dedupers(&self) -> Result<Vec<Deduper>, StorageError> {
+        Ok(Vec::new())
+    }
+
     /// Stores a new deduper config; [`StorageError::AlreadyExists`] when the
     /// client already has one with that name.
     fn create_deduper(&self, deduper: &Deduper) -> Result<(), StorageError>;

@@ -600,6 +600,21 @@ impl Store for EmbeddedStore {
         true
     }
 
+    /// A scan of every config (the meta keyspace is small and in memory).
+    fn resized_dedupers(&self) -> Result<Vec<Deduper>, StorageError> {
+        let mut out = Vec::new();
+        self.inner.with_fjall(|h| {
+            for kv in h.meta.iter() {
+                let d = decode_meta(&kv.value().map_err(unavailable)?)?;
+                if !d.generations.is_empty() {
+                    out.push(d);
+                }
+            }
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
     /// Each bit is one stamp reached directly: no sort needed, and a repeat
     /// costs one more (cached) stamp access. Journal records are encoded per
     /// run of one shard, which writes grouped by shard keep as short as
