@@ -104,6 +104,9 @@ pub const READY: &str = "solus_ready";
 pub const RECORDS_REMEMBERED: &str = "solus_records_remembered_total";
 /// Resizes started (a successor generation recorded) by this process.
 pub const RESIZES_STARTED: &str = "solus_resizes_started_total";
+/// Decisions of the automatic resize policy, by `decision`: `started`,
+/// `ceiling` (would grow past resize.max_expected_insertions), `failed`.
+pub const AUTO_RESIZE_DECISIONS: &str = "solus_auto_resize_decisions_total";
 /// Older generations retired (dropped, data freed) by this process.
 pub const GENERATIONS_RETIRED: &str = "solus_generations_retired_total";
 pub const RECORD_REPLAYS: &str = "solus_record_replays_total";
@@ -146,6 +149,7 @@ struct Metrics {
     journal_unreadable: Gauge,
     records_remembered: Counter,
     resizes_started: Counter,
+    auto_resize: Family<Labels, Counter>,
     generations_retired: Counter,
     record_replays: Counter,
     records_held: Gauge,
@@ -268,6 +272,15 @@ impl Metrics {
             "Resizes started by this process: successor generations recorded (docs/operations.md, Resizing)",
             resizes_started.clone(),
         );
+        let auto_resize: Family<Labels, Counter> = Family::default();
+        registry.register(
+            counter_name(AUTO_RESIZE_DECISIONS),
+            "Decisions of the automatic resize policy (resize.auto), by decision: started, ceiling, failed",
+            auto_resize.clone(),
+        );
+        for decision in ["started", "ceiling", "failed"] {
+            drop(auto_resize.get_or_create(&vec![("decision", decision.to_string())]));
+        }
         let generations_retired = Counter::default();
         registry.register(
             counter_name(GENERATIONS_RETIRED),
@@ -363,6 +376,7 @@ impl Metrics {
             journal_unreadable,
             records_remembered,
             resizes_started,
+            auto_resize,
             generations_retired,
             record_replays,
             records_held,
@@ -639,6 +653,14 @@ pub fn records(remembered: usize, replays: usize) {
 /// Counts one resize started.
 pub fn resize_started() {
     m().resizes_started.inc();
+}
+
+/// Counts one decision of the automatic resize policy (`started`,
+/// `ceiling` or `failed`).
+pub fn auto_resize(decision: &'static str) {
+    m().auto_resize
+        .get_or_create(&vec![("decision", decision.to_string())])
+        .inc();
 }
 
 /// Counts one older generation retired.

@@ -451,8 +451,25 @@ pub async fn serve(
         sample_bits: settings.stats.sample_bits.max(1),
         over_capacity_fpr_factor: settings.stats.over_capacity_fpr_factor,
     };
-    let engine =
-        Arc::new(Engine::new(store.clone(), settings.limits.engine_limits()).with_stats_settings(stats_settings));
+    let r = &settings.resize;
+    let auto_resize = crate::engine::AutoResize {
+        enabled: r.auto,
+        load_threshold: r.load_threshold,
+        passes: r.passes,
+        growth: r.growth,
+        max_expected_insertions: r.max_expected_insertions,
+    };
+    if r.auto && !store.supports_generations() {
+        tracing::warn!(
+            backend = store.kind(),
+            "resize.auto is on, but this store keeps no generations yet: no deduper is resized"
+        );
+    }
+    let engine = Arc::new(
+        Engine::new(store.clone(), settings.limits.engine_limits())
+            .with_stats_settings(stats_settings)
+            .with_auto_resize(auto_resize),
+    );
     let stats_pass = (settings.stats.refresh_interval_ms > 0).then(|| {
         let engine = engine.clone();
         let every = Duration::from_millis(settings.stats.refresh_interval_ms);

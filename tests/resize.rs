@@ -397,3 +397,38 @@ async fn a_restarted_server_retires_the_older_generation_on_time_unasked() {
     let s = TestServer::start(&b).await;
     assert_eq!(get(&s, "resume").await.generations.len(), 1);
 }
+
+#[tokio::test]
+async fn the_automatic_policy_resizes_a_deduper_whose_load_stays_high() {
+    let mut b = backend();
+    b.settings.resize.auto = true;
+    b.settings.resize.passes = 2;
+    let s = TestServer::start(&b).await;
+    s.admin()
+        .create_deduper(create_np(C, "auto", 1000, 0.01, 60))
+        .await
+        .unwrap();
+    s.admin()
+        .create_deduper(create_np(C, "calm", 1000, 0.01, 60))
+        .await
+        .unwrap();
+    let hot = keys("hot", 1500);
+    add_if_absent_all(&s, "auto", &hot).await;
+    add_if_absent_all(&s, "calm", &keys("calm", 500)).await;
+    let mut d = get(&s, "auto").await;
+    for _ in 0..200 {
+        if d.generations.len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+        d = get(&s, "auto").await;
+    }
+    assert_eq!(d.generations.len(), 2, "resized by the policy");
+    // Sized for 4 x the estimate of about 1,500 live entities.
+    let n = d.generations[1].expected_insertions.unwrap();
+    assert!((5000..=7000).contains(&n), "{n}");
+    assert_eq!(count(&absent_of(&s, "auto", &hot).await, true), 0);
+    // At load 0.5, the other is left alone.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(get(&s, "calm").await.generations.is_empty());
+}

@@ -21,6 +21,7 @@ pub mod requests;
 mod resize;
 pub mod stats;
 
+pub use self::resize::AutoResize;
 pub use self::stats::{DeduperStats, StatsSettings};
 
 /// Request limits (`limits.*` in the config).
@@ -160,6 +161,7 @@ pub struct Engine {
     /// Dedupers seen and their live figures (`stats.rs`).
     stats: Arc<stats::StatsBook>,
     stats_settings: StatsSettings,
+    auto_resize: AutoResize,
 }
 
 /// Entities hashed and laid out for one storage call: `index[i*k + j]`
@@ -343,7 +345,14 @@ impl Engine {
             misplaced: Mutex::new(std::collections::BTreeSet::new()),
             stats: Arc::new(stats::StatsBook::default()),
             stats_settings: StatsSettings::default(),
+            auto_resize: AutoResize::default(),
         }
+    }
+
+    /// Sets the automatic resize policy (`resize.*`); off otherwise.
+    pub fn with_auto_resize(mut self, policy: AutoResize) -> Engine {
+        self.auto_resize = policy;
+        self
     }
 
     /// Sets the statistics settings (`stats.*`); defaults otherwise.

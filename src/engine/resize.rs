@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 
-use super::{CONFIG_CACHE_TTL, Engine, EngineError, absent_in};
+use super::{CONFIG_CACHE_TTL, DeduperStats, Engine, EngineError, absent_in};
 use crate::clock::now_ms;
 use crate::deduper::{self, Deduper, Sizing};
 use crate::generations::{self, ResizeError, Timing, View};
@@ -14,6 +14,79 @@ use crate::storage::Store;
 /// Slack, in ms, for a request between its config lookup and its storage
 /// call, added to every transition's grace.
 pub const RESIZE_MARGIN_MS: i64 = 1000;
+
+/// The automatic resize policy (`resize.*` settings).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AutoResize {
+    pub enabled: bool,
+    /// Load (estimated live entities / n) above which a pass counts.
+    pub load_threshold: f64,
+    /// Consecutive passes above the threshold that start a resize.
+    pub passes: u32,
+    /// The successor is sized for this multiple of the estimated entities.
+    pub growth: f64,
+    /// Largest n a successor is sized for.
+    pub max_expected_insertions: u64,
+}
+
+impl Default for AutoResize {
+    fn default() -> Self {
+        AutoResize {
+            enabled: false,
+            load_threshold: 0.9,
+            passes: 3,
+            growth: 4.0,
+            max_expected_insertions: 1_000_000_000,
+        }
+    }
+}
+
+/// What the policy does after one statistics pass of a deduper.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Decision {
+    /// Off, not sized from n and p, in a transition, or at most the threshold.
+    Nothing,
+    /// Above the threshold for `passes` consecutive passes, not yet enough.
+    Counting { passes: u32 },
+    /// Start a successor sized for `n`.
+    Resize { n: u64 },
+    /// Enough passes, but growing would pass `max_expected_insertions`.
+    Ceiling { max: u64 },
+}
+
+/// The policy's decision for `d` with the figures `s` of this pass;
+/// `above` counts the consecutive passes above the threshold (kept per
+/// deduper by the caller; reset by a decision to resize and by a pass at
+/// or below it). The successor is sized for `ceil(estimated_entities *
+/// growth)` (at least n + 1), capped at `max_expected_insertions`.
+pub fn decide(policy: &AutoResize, d: &Deduper, s: &DeduperStats, above: &mut u32) -> Decision {
+    let (true, Some(n), Some(_)) = (policy.enabled, d.expected_insertions, d.false_positive_rate) else {
+        return Decision::Nothing;
+    };
+    if d.generations.len() > 1 || !s.load.is_some_and(|l| l > policy.load_threshold) {
+        *above = 0;
+        return Decision::Nothing;
+    }
+    *above += 1;
+    if *above < policy.passes {
+        return Decision::Counting { passes: *above };
+    }
+    *above = 0;
+    let grown = s.estimated_entities * policy.growth;
+    let target = if grown.is_finite() && grown < u64::MAX as f64 {
+        grown.ceil() as u64
+    } else {
+        u64::MAX
+    };
+    let target = target.max(n.saturating_add(1)).min(policy.max_expected_insertions);
+    if target <= n {
+        Decision::Ceiling {
+            max: policy.max_expected_insertions,
+        }
+    } else {
+        Decision::Resize { n: target }
+    }
+}
 
 /// The generation `d`'s writes go to at `now` and the other live ones
 /// (read only); `d` itself and none when it has no generations.
@@ -167,6 +240,44 @@ impl Engine {
         }
     }
 
+    /// Applies the automatic resize policy to `d` after a statistics pass
+    /// counted `s`: every decision is logged and counted
+    /// (`solus_auto_resize_decisions_total`).
+    pub(super) async fn consider_auto_resize(&self, d: &Deduper, s: &DeduperStats) {
+        let decision = {
+            let mut above = self.stats.above.lock().unwrap_or_else(|p| p.into_inner());
+            let count = above.entry((d.client_id.clone(), d.name.clone())).or_insert(0);
+            decide(&self.auto_resize, d, s, count)
+        };
+        let policy = &self.auto_resize;
+        match decision {
+            Decision::Nothing => {}
+            Decision::Counting { passes } => {
+                tracing::info!(client_id = %d.client_id, deduper = %d.name, load = s.load, passes, of = policy.passes,
+                    threshold = policy.load_threshold, "automatic resize: load above resize.load_threshold");
+            }
+            Decision::Ceiling { max } => {
+                tracing::warn!(client_id = %d.client_id, deduper = %d.name, load = s.load,
+                    expected_insertions = d.expected_insertions, max_expected_insertions = max,
+                    "automatic resize: not growing past resize.max_expected_insertions; raise it or resize by hand");
+                crate::metrics::auto_resize("ceiling");
+            }
+            Decision::Resize { n } => match self.resize_deduper(&d.client_id, &d.name, Some(n), None).await {
+                Ok(_) => {
+                    tracing::info!(client_id = %d.client_id, deduper = %d.name, load = s.load,
+                        estimated_entities = s.estimated_entities.round(), from = d.expected_insertions, to = n,
+                        "automatic resize started");
+                    crate::metrics::auto_resize("started");
+                }
+                Err(e) => {
+                    tracing::warn!(client_id = %d.client_id, deduper = %d.name, to = n, error = %e,
+                        "automatic resize failed; the policy tries again after resize.passes more passes");
+                    crate::metrics::auto_resize("failed");
+                }
+            },
+        }
+    }
+
     /// One retirement pass: drops from its config, and frees the data of,
     /// every generation past its `retire_at_ms` among the dedupers this
     /// server has seen. Failures are logged and retried on the next pass.
@@ -204,5 +315,123 @@ impl Engine {
                     "retiring a deduper generation failed; retrying on the next pass"),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::sizing::Geometry;
+    use crate::deduper::Level;
+
+    fn sized(n: u64) -> Deduper {
+        let g = Geometry {
+            hash_functions: 7,
+            shards: 1,
+            bits_per_shard: 10_000,
+        };
+        Deduper {
+            expected_insertions: Some(n),
+            false_positive_rate: Some(0.01),
+            ..Deduper::new("c", "d", g, 60, Level::Global, 0)
+        }
+    }
+
+    fn at_load(load: f64, n: u64) -> DeduperStats {
+        DeduperStats {
+            set_bits: 0,
+            sampled_bits: 0,
+            fill_ratio: 0.0,
+            estimated_entities: load * n as f64,
+            estimated_fpr: 0.0,
+            load: Some(load),
+            computed_at_ms: 0,
+            relative_error: 0.0,
+        }
+    }
+
+    const ON: AutoResize = AutoResize {
+        enabled: true,
+        load_threshold: 0.9,
+        passes: 3,
+        growth: 4.0,
+        max_expected_insertions: 1_000_000,
+    };
+
+    #[test]
+    fn the_policy_resizes_after_enough_consecutive_passes_above_the_threshold() {
+        let (d, mut above) = (sized(1000), 0);
+        assert_eq!(
+            decide(&ON, &d, &at_load(0.95, 1000), &mut above),
+            Decision::Counting { passes: 1 }
+        );
+        assert_eq!(
+            decide(&ON, &d, &at_load(0.95, 1000), &mut above),
+            Decision::Counting { passes: 2 }
+        );
+        // A pass at or below the threshold starts the count again.
+        assert_eq!(decide(&ON, &d, &at_load(0.9, 1000), &mut above), Decision::Nothing);
+        assert_eq!(above, 0);
+        for passes in 1..3 {
+            assert_eq!(
+                decide(&ON, &d, &at_load(1.25, 1000), &mut above),
+                Decision::Counting { passes }
+            );
+        }
+        // 4 x 1,250 estimated entities.
+        assert_eq!(
+            decide(&ON, &d, &at_load(1.25, 1000), &mut above),
+            Decision::Resize { n: 5000 }
+        );
+        assert_eq!(above, 0);
+    }
+
+    #[test]
+    fn the_policy_is_off_by_default_skips_transitions_and_stops_at_its_ceiling() {
+        let mut above = 0;
+        let hot = at_load(2.0, 1000);
+        assert_eq!(
+            decide(&AutoResize::default(), &sized(1000), &hot, &mut above),
+            Decision::Nothing
+        );
+        let explicit = Deduper {
+            expected_insertions: None,
+            false_positive_rate: None,
+            ..sized(1000)
+        };
+        assert_eq!(decide(&ON, &explicit, &hot, &mut above), Decision::Nothing);
+        let mut resizing = sized(1000);
+        let t = Timing {
+            config_cache_ms: 1,
+            clock_bound_ms: 0,
+            margin_ms: 0,
+        };
+        let g = resizing.geometry;
+        generations::start_successor(&mut resizing, g, Some(2000), Some(0.01), 0, t).unwrap();
+        for _ in 0..5 {
+            assert_eq!(decide(&ON, &resizing, &hot, &mut above), Decision::Nothing);
+        }
+        let capped = AutoResize {
+            passes: 1,
+            max_expected_insertions: 3000,
+            ..ON
+        };
+        assert_eq!(
+            decide(&capped, &sized(1000), &hot, &mut above),
+            Decision::Resize { n: 3000 }
+        );
+        assert_eq!(
+            decide(&capped, &sized(3000), &at_load(2.0, 3000), &mut above),
+            Decision::Ceiling { max: 3000 }
+        );
+        // An infinite estimate (every bit set) grows to the ceiling.
+        let full = DeduperStats {
+            estimated_entities: f64::INFINITY,
+            ..hot
+        };
+        assert_eq!(
+            decide(&capped, &sized(1000), &full, &mut above),
+            Decision::Resize { n: 3000 }
+        );
     }
 }

@@ -116,6 +116,8 @@ pub(super) struct StatsBook {
     /// by generation id.
     generations: RwLock<HashMap<CacheKey, Vec<(u32, DeduperStats)>>>,
     warned: Mutex<HashSet<CacheKey>>,
+    /// Consecutive passes above the automatic resize threshold (`resize.rs`).
+    pub(super) above: Mutex<HashMap<CacheKey, u32>>,
 }
 
 fn key_of(d: &Deduper) -> CacheKey {
@@ -169,6 +171,7 @@ impl StatsBook {
         let had = self.figures.write().unwrap_or_else(|p| p.into_inner()).remove(&key);
         self.generations.write().unwrap_or_else(|p| p.into_inner()).remove(&key);
         self.warned.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+        self.above.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
         metrics::deduper_gone(client_id, name, had.map(|f| f.load.is_some()));
         drop(known);
     }
@@ -291,6 +294,7 @@ impl Engine {
                 Ok(Ok((d, Some((s, per))))) => {
                     self.stats
                         .record(&d, s, per, self.stats_settings.over_capacity_fpr_factor);
+                    self.consider_auto_resize(&d, &s).await;
                 }
                 Ok(Ok((d, None))) => self.stats.drop_deduper(&d.client_id, &d.name),
                 Ok(Err(e)) => {
