@@ -216,7 +216,7 @@ impl StatsBook {
                 estimated_entities = s.estimated_entities.round(),
                 expected_insertions = d.expected_insertions,
                 "deduper over capacity: its estimated false-positive rate passed stats.over_capacity_fpr_factor x p; \
-                 create a bigger deduper and move traffic to it (docs/operations.md)"
+                 resize it online (solus deduper update --expected-insertions, or resize.auto; docs/operations.md, \"Resizing\")"
             );
         } else if !over && warned.remove(&key) {
             tracing::info!(client_id = %d.client_id, deduper = %d.name, estimated_fpr = s.estimated_fpr, p,
