@@ -432,3 +432,33 @@ async fn the_automatic_policy_resizes_a_deduper_whose_load_stays_high() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(get(&s, "calm").await.generations.is_empty());
 }
+
+#[test]
+fn explain_shows_where_a_later_generations_bits_are() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_solus"))
+        .args([
+            "explain",
+            "--shards",
+            "3",
+            "--hash-functions",
+            "4",
+            "--bits-per-shard",
+            "1000",
+        ])
+        .args(["--client", "shop", "--deduper", "orders", "--generation", "2", "e-1"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(got["filter"], "orders~g2");
+    assert_eq!(got["embedded_page_file"], "filters/shop/orders~g2.bits");
+    let shard = solus::contract::hashing::shard_of(b"e-1", 3);
+    let row: String = solus::contract::layout::data_row_key(shard, "shop", "orders~g2")
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(
+        (got["shard"].as_u64(), got["row_key_hex"].as_str()),
+        (Some(u64::from(shard)), Some(row.as_str()))
+    );
+}
