@@ -96,6 +96,12 @@ pub const DEDUPER_ENTITIES_ESTIMATE: &str = "solus_deduper_estimated_entities";
 pub const DEDUPER_FPR: &str = "solus_deduper_estimated_fpr";
 pub const DEDUPER_TARGET_FPR: &str = "solus_deduper_target_fpr";
 pub const DEDUPER_LOAD: &str = "solus_deduper_load_ratio";
+/// Per generation of a resized deduper (labels client, deduper, generation):
+/// its fill, estimated false-positive rate and load, and when it retires.
+pub const DEDUPER_GENERATION_FILL: &str = "solus_deduper_generation_fill_ratio";
+pub const DEDUPER_GENERATION_FPR: &str = "solus_deduper_generation_estimated_fpr";
+pub const DEDUPER_GENERATION_LOAD: &str = "solus_deduper_generation_load_ratio";
+pub const DEDUPER_GENERATION_RETIRE: &str = "solus_deduper_generation_retire_timestamp_seconds";
 pub const DEDUPER_STATS_TIME: &str = "solus_deduper_stats_timestamp_seconds";
 /// 1 while storage answers the health probe (readiness SERVING), else 0.
 pub const READY: &str = "solus_ready";
@@ -362,6 +368,28 @@ impl Metrics {
             registry.register(name, help, family.clone());
             deduper_gauges.push((name, family));
         }
+        for (name, help) in [
+            (
+                DEDUPER_GENERATION_FILL,
+                "Fraction of a deduper generation's m bits set now",
+            ),
+            (
+                DEDUPER_GENERATION_FPR,
+                "Estimated false-positive rate of one generation of a resized deduper: fill^k",
+            ),
+            (
+                DEDUPER_GENERATION_LOAD,
+                "Estimated live entities of one generation over the n it was sized for",
+            ),
+            (
+                DEDUPER_GENERATION_RETIRE,
+                "When an older generation of a resized deduper retires, in seconds since the Unix epoch",
+            ),
+        ] {
+            let family: Family<Labels, FloatGauge> = Family::default();
+            registry.register(name, help, family.clone());
+            deduper_gauges.push((name, family));
+        }
         Metrics {
             registry,
             requests,
@@ -501,6 +529,8 @@ static SERIES: OnceLock<Series> = OnceLock::new();
 struct Series {
     max: usize,
     admitted: Mutex<HashMap<(String, String), HashSet<&'static str>>>,
+    /// The generation ids whose gauges are set, per pair.
+    generations: Mutex<HashMap<(String, String), Vec<u32>>>,
     /// Whether the cap was reached and logged (once per process).
     warned: std::sync::atomic::AtomicBool,
 }
@@ -510,6 +540,7 @@ impl Series {
         Series {
             max,
             admitted: Default::default(),
+            generations: Default::default(),
             warned: Default::default(),
         }
     }
@@ -614,6 +645,66 @@ pub fn deduper_stats(client_id: &str, name: &str, s: &crate::engine::DeduperStat
     }
 }
 
+/// Sets the per-generation gauges of a resized deduper from `generations`
+/// (id, figures, retirement in ms since the Unix epoch), and removes those
+/// of its generations no longer listed (retired).
+pub fn deduper_generations(
+    client_id: &str,
+    name: &str,
+    generations: &[(u32, crate::engine::DeduperStats, Option<i64>)],
+) {
+    if !admit(client_id, name, None) {
+        return;
+    }
+    let m = m();
+    let key = (client_id.to_string(), name.to_string());
+    let ids: Vec<u32> = generations.iter().map(|(id, _, _)| *id).collect();
+    let before = series()
+        .generations
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(key, ids.clone())
+        .unwrap_or_default();
+    for gone in before.iter().filter(|id| !ids.contains(id)) {
+        remove_generation(m, client_id, name, *gone);
+    }
+    for (id, s, retire_at) in generations {
+        let labels = generation_labels(client_id, name, *id);
+        let set = |metric: &str, v: f64| {
+            m.deduper_gauge(metric).get_or_create(&labels).set(v);
+        };
+        set(DEDUPER_GENERATION_FILL, s.fill_ratio);
+        set(DEDUPER_GENERATION_FPR, s.estimated_fpr);
+        if let Some(load) = s.load {
+            set(DEDUPER_GENERATION_LOAD, load);
+        }
+        match retire_at {
+            Some(at) => set(DEDUPER_GENERATION_RETIRE, *at as f64 / 1000.0),
+            None => {
+                m.deduper_gauge(DEDUPER_GENERATION_RETIRE).remove(&labels);
+            }
+        }
+    }
+}
+
+fn generation_labels(client: &str, deduper: &str, id: u32) -> Labels {
+    let mut labels = pair_labels(client, deduper);
+    labels.push(("generation", id.to_string()));
+    labels
+}
+
+fn remove_generation(m: &Metrics, client: &str, deduper: &str, id: u32) {
+    let labels = generation_labels(client, deduper, id);
+    for name in [
+        DEDUPER_GENERATION_FILL,
+        DEDUPER_GENERATION_FPR,
+        DEDUPER_GENERATION_LOAD,
+        DEDUPER_GENERATION_RETIRE,
+    ] {
+        m.deduper_gauge(name).remove(&labels);
+    }
+}
+
 /// A deleted deduper: removes every series of its pair (counters and
 /// gauges) from `/metrics` and frees the pair under
 /// `metrics.max_deduper_series` (a later deduper gets its own labels).
@@ -635,6 +726,15 @@ pub fn deduper_gone(client_id: &str, name: &str, figures: Option<bool>) {
     let labels = pair_labels(client_id, name);
     for (_, family) in &m.deduper_gauges {
         family.remove(&labels);
+    }
+    let generations = series()
+        .generations
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&key)
+        .unwrap_or_default();
+    for id in generations {
+        remove_generation(m, client_id, name, id);
     }
 }
 

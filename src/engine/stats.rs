@@ -200,8 +200,19 @@ impl StatsBook {
         self.generations
             .write()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(key.clone(), per_generation);
+            .insert(key.clone(), per_generation.clone());
         metrics::deduper_stats(&d.client_id, &d.name, &s, d.false_positive_rate);
+        if !d.generations.is_empty() {
+            let per: Vec<_> = d
+                .generations
+                .iter()
+                .filter_map(|g| {
+                    let s = per_generation.iter().find(|(id, _)| *id == g.id)?.1;
+                    Some((g.id, s, g.retire_at_ms))
+                })
+                .collect();
+            metrics::deduper_generations(&d.client_id, &d.name, &per);
+        }
         drop(known);
         let Some(p) = d.false_positive_rate else { return };
         let over = s.estimated_fpr > factor * p;
