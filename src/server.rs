@@ -482,13 +482,18 @@ pub async fn serve(
     });
     // Retires older generations of resized dedupers on time (cheap when
     // none is due: no storage call).
+    // Stopped by a signal, not aborted: a pass in its storage call finishes
+    // first, so the store is released when `serve` returns.
+    let (retire_stop, mut retire_stopped) = tokio::sync::watch::channel(false);
     let retire_pass = {
         let engine = engine.clone();
         tokio::spawn(async move {
             engine.resume_resizes().await;
             loop {
-                tokio::time::sleep(RETIRE_PASS_INTERVAL).await;
-                engine.retire_generations().await;
+                tokio::select! {
+                    _ = tokio::time::sleep(RETIRE_PASS_INTERVAL) => engine.retire_generations().await,
+                    _ = retire_stopped.changed() => return,
+                }
             }
         })
     };
@@ -613,7 +618,7 @@ pub async fn serve(
         task.abort();
         let _ = task.await;
     }
-    retire_pass.abort();
+    let _ = retire_stop.send(true);
     let _ = retire_pass.await;
     if let Some(task) = sighup {
         task.abort();

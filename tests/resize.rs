@@ -462,3 +462,41 @@ fn explain_shows_where_a_later_generations_bits_are() {
         (Some(u64::from(shard)), Some(row.as_str()))
     );
 }
+
+#[tokio::test]
+async fn deleting_a_deduper_mid_resize_deletes_every_generation() {
+    let mut b = backend();
+    b.settings.storage.embedded.max_memory_mib = 1;
+    let s = TestServer::start(&b).await;
+    s.admin()
+        .create_deduper(create_np(C, "del", 40_000, 0.01, 60))
+        .await
+        .unwrap();
+    add_if_absent_all(&s, "del", &keys("old", 1000)).await;
+    let d = resize(&s, "del", Some(40_001), None).await.unwrap();
+    sleep_until(d.generations[1].writes_from_ms + 50).await;
+    add_if_absent_all(&s, "del", &keys("new", 1000)).await;
+    s.admin()
+        .delete_deduper(pb::DeleteDeduperRequest {
+            client_id: C.into(),
+            name: "del".into(),
+            force: true,
+        })
+        .await
+        .unwrap();
+    let dir = b.data_path().join("filters").join(C);
+    assert!(!dir.join("del.bits").exists() && !dir.join("del~g1.bits").exists());
+    // Both generations' memory is free: two of that size fit again, and a
+    // namesake starts empty, without generations.
+    s.admin()
+        .create_deduper(create_np(C, "del", 40_000, 0.01, 60))
+        .await
+        .unwrap();
+    s.admin()
+        .create_deduper(create_np(C, "other", 40_000, 0.01, 60))
+        .await
+        .unwrap();
+    assert!(get(&s, "del").await.generations.is_empty());
+    assert_eq!(count(&absent_of(&s, "del", &keys("old", 1000)).await, true), 1000);
+    assert_eq!(count(&absent_of(&s, "del", &keys("new", 1000)).await, true), 1000);
+}

@@ -818,7 +818,11 @@ impl Engine {
             }
             // Read after the write: of two racing adds of one entity to two
             // generations (at the switch), the later read sees the other's bits.
-            let absent_in_others = || resize::absent_in_all(&*store, others.iter(), &entities, now);
+            let absent_in_others = || {
+                // The write above before these reads, for the argument above.
+                std::sync::atomic::fence(Ordering::SeqCst);
+                resize::absent_in_all(&*store, others.iter(), &entities, now)
+            };
             if key.is_none() && record_ids.is_empty() {
                 // Nothing to record between the read and the write.
                 let cells = store.read_then_write_bits(&w, &plan.addrs, expire)?;
