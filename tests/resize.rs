@@ -500,3 +500,60 @@ async fn deleting_a_deduper_mid_resize_deletes_every_generation() {
     assert_eq!(count(&absent_of(&s, "del", &keys("old", 1000)).await, true), 1000);
     assert_eq!(count(&absent_of(&s, "del", &keys("new", 1000)).await, true), 1000);
 }
+
+/// Runs the `solus` CLI against `s`; its stdout, after checking it succeeded.
+fn cli(s: &TestServer, args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_solus"))
+        .args(args)
+        .args(["--addr", &s.addr.to_string()])
+        .env_remove("SOLUS_ADDR")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_resizes_and_prints_the_generations() {
+    let b = backend();
+    let s = TestServer::start(&b).await;
+    s.admin()
+        .create_deduper(create_np(C, "cli", 1000, 0.01, 60))
+        .await
+        .unwrap();
+    let update = ["deduper", "update", "--client", C, "--name", "cli"];
+    let out = cli(
+        &s,
+        &[
+            &update[..],
+            &["--expected-insertions", "8000", "--false-positive-rate", "0.001"],
+        ]
+        .concat(),
+    );
+    let d: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        (d["expected_insertions"].as_u64(), d["false_positive_rate"].as_f64()),
+        (Some(8000), Some(0.001))
+    );
+    let gens = d["generations"].as_array().unwrap();
+    assert_eq!(gens.len(), 2);
+    assert_eq!(
+        (gens[0]["filter_name"].as_str(), gens[1]["filter_name"].as_str()),
+        (Some("cli"), Some("cli~g1"))
+    );
+    assert!(gens[0]["retire_at_ms"].as_i64().is_some() && gens[1]["retire_at_ms"].is_null());
+    // `deduper stats` gives each generation's figures once a pass counted them.
+    figures_after(&s, "cli", now_ms()).await;
+    let stats: serde_json::Value =
+        serde_json::from_str(cli(&s, &["deduper", "stats", "--client", C, "--name", "cli"]).trim()).unwrap();
+    let gens = stats["generations"].as_array().unwrap();
+    assert_eq!(gens.len(), 2);
+    assert!(
+        gens.iter().all(|g| g["stats"]["sampled_bits"].as_u64().is_some()),
+        "{stats}"
+    );
+}
