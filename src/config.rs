@@ -26,6 +26,42 @@ pub struct Settings {
     pub auth: AuthConfig,
     pub metrics: MetricsConfig,
     pub stats: StatsConfig,
+    pub resize: ResizeConfig,
+}
+
+/// The automatic resize policy (`resize.*`): see `engine::resize` and
+/// docs/operations.md, "Resizing".
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ResizeConfig {
+    /// Resize a deduper sized from n and p by itself when its load stays
+    /// high. Default false.
+    pub auto: bool,
+    /// Load (estimated live entities / n) above which a statistics pass
+    /// counts towards a resize. Default 0.9.
+    pub load_threshold: f64,
+    /// Consecutive statistics passes above the threshold that start a
+    /// resize. Default 3.
+    pub passes: u32,
+    /// The successor is sized for this multiple of the estimated live
+    /// entities. Default 4.0.
+    pub growth: f64,
+    /// Largest n the policy sizes a successor for (count); at it, the
+    /// policy logs that the deduper is at its ceiling instead. Default
+    /// 1,000,000,000.
+    pub max_expected_insertions: u64,
+}
+
+impl Default for ResizeConfig {
+    fn default() -> Self {
+        ResizeConfig {
+            auto: false,
+            load_threshold: 0.9,
+            passes: 3,
+            growth: 4.0,
+            max_expected_insertions: 1_000_000_000,
+        }
+    }
 }
 
 /// Live deduper statistics (`stats.*`): see `engine::stats` and docs/operations.md.
@@ -334,6 +370,11 @@ pub const KEYS: &[&str] = &[
     "stats.refresh_interval_ms",
     "stats.sample_bits",
     "stats.over_capacity_fpr_factor",
+    "resize.auto",
+    "resize.load_threshold",
+    "resize.passes",
+    "resize.growth",
+    "resize.max_expected_insertions",
 ];
 
 /// The keys whose values are one of a few words, and those words.
@@ -656,6 +697,14 @@ impl Settings {
         if self.storage.backend == Backend::Hbase {
             self.storage.hbase.validate().or_else(bad)?;
         }
+        let r = &self.resize;
+        if !(r.load_threshold > 0.0 && r.growth > 1.0 && r.passes >= 1 && r.max_expected_insertions >= 1) {
+            return bad(format!(
+                "resize.load_threshold must be > 0, resize.growth > 1, resize.passes and \
+                 resize.max_expected_insertions at least 1; got {}, {}, {}, {}",
+                r.load_threshold, r.growth, r.passes, r.max_expected_insertions
+            ));
+        }
         Ok(())
     }
 }
@@ -671,6 +720,7 @@ impl Default for Settings {
             auth: AuthConfig::default(),
             metrics: MetricsConfig::default(),
             stats: StatsConfig::default(),
+            resize: ResizeConfig::default(),
         }
     }
 }

@@ -59,6 +59,13 @@ pub struct Deduper {
     /// for the marker columns too (`storage.hbase.read_legacy_markers`).
     #[serde(default)]
     pub may_hold_legacy_markers: bool,
+    /// Its generations while it is or was resized ([`crate::generations`]):
+    /// empty for a deduper never resized, which is its own generation 0
+    /// (and is stored exactly as before). Otherwise sorted by id, and the
+    /// top-level `geometry`, `expected_insertions` and
+    /// `false_positive_rate` are the newest generation's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub generations: Vec<crate::generations::Generation>,
 }
 
 impl Deduper {
@@ -86,6 +93,7 @@ impl Deduper {
             data_location: None,
             max_expiry_seconds: Some(expiry_seconds),
             may_hold_legacy_markers: false,
+            generations: Vec::new(),
         }
     }
 

@@ -12,6 +12,7 @@ pub mod config;
 pub mod contract;
 pub mod deduper;
 pub mod engine;
+pub mod generations;
 pub mod health;
 pub mod heap;
 pub mod metrics;

@@ -96,12 +96,25 @@ pub const DEDUPER_ENTITIES_ESTIMATE: &str = "solus_deduper_estimated_entities";
 pub const DEDUPER_FPR: &str = "solus_deduper_estimated_fpr";
 pub const DEDUPER_TARGET_FPR: &str = "solus_deduper_target_fpr";
 pub const DEDUPER_LOAD: &str = "solus_deduper_load_ratio";
+/// Per generation of a resized deduper (labels client, deduper, generation):
+/// its fill, estimated false-positive rate and load, and when it retires.
+pub const DEDUPER_GENERATION_FILL: &str = "solus_deduper_generation_fill_ratio";
+pub const DEDUPER_GENERATION_FPR: &str = "solus_deduper_generation_estimated_fpr";
+pub const DEDUPER_GENERATION_LOAD: &str = "solus_deduper_generation_load_ratio";
+pub const DEDUPER_GENERATION_RETIRE: &str = "solus_deduper_generation_retire_timestamp_seconds";
 pub const DEDUPER_STATS_TIME: &str = "solus_deduper_stats_timestamp_seconds";
 /// 1 while storage answers the health probe (readiness SERVING), else 0.
 pub const READY: &str = "solus_ready";
 /// Record ids remembered (answered absent), and answers given again from
 /// a remembered record id (replays), over all dedupers.
 pub const RECORDS_REMEMBERED: &str = "solus_records_remembered_total";
+/// Resizes started (a successor generation recorded) by this process.
+pub const RESIZES_STARTED: &str = "solus_resizes_started_total";
+/// Decisions of the automatic resize policy, by `decision`: `started`,
+/// `ceiling` (would grow past resize.max_expected_insertions), `failed`.
+pub const AUTO_RESIZE_DECISIONS: &str = "solus_auto_resize_decisions_total";
+/// Older generations retired (dropped, data freed) by this process.
+pub const GENERATIONS_RETIRED: &str = "solus_generations_retired_total";
 pub const RECORD_REPLAYS: &str = "solus_record_replays_total";
 /// Record ids the embedded store holds in memory (expired ones until swept).
 pub const RECORDS_HELD: &str = "solus_records_held";
@@ -141,6 +154,9 @@ struct Metrics {
     ready: Gauge,
     journal_unreadable: Gauge,
     records_remembered: Counter,
+    resizes_started: Counter,
+    auto_resize: Family<Labels, Counter>,
+    generations_retired: Counter,
     record_replays: Counter,
     records_held: Gauge,
     clock_offset: FloatGauge,
@@ -256,6 +272,27 @@ impl Metrics {
             "Embedded journal records found damaged and lost at this start-up",
             journal_unreadable.clone(),
         );
+        let resizes_started = Counter::default();
+        registry.register(
+            counter_name(RESIZES_STARTED),
+            "Resizes started by this process: successor generations recorded (docs/operations.md, Resizing)",
+            resizes_started.clone(),
+        );
+        let auto_resize: Family<Labels, Counter> = Family::default();
+        registry.register(
+            counter_name(AUTO_RESIZE_DECISIONS),
+            "Decisions of the automatic resize policy (resize.auto), by decision: started, ceiling, failed",
+            auto_resize.clone(),
+        );
+        for decision in ["started", "ceiling", "failed"] {
+            drop(auto_resize.get_or_create(&vec![("decision", decision.to_string())]));
+        }
+        let generations_retired = Counter::default();
+        registry.register(
+            counter_name(GENERATIONS_RETIRED),
+            "Older deduper generations retired by this process (their data freed)",
+            generations_retired.clone(),
+        );
         let records_remembered = Counter::default();
         registry.register(
             counter_name(RECORDS_REMEMBERED),
@@ -331,6 +368,28 @@ impl Metrics {
             registry.register(name, help, family.clone());
             deduper_gauges.push((name, family));
         }
+        for (name, help) in [
+            (
+                DEDUPER_GENERATION_FILL,
+                "Fraction of a deduper generation's m bits set now",
+            ),
+            (
+                DEDUPER_GENERATION_FPR,
+                "Estimated false-positive rate of one generation of a resized deduper: fill^k",
+            ),
+            (
+                DEDUPER_GENERATION_LOAD,
+                "Estimated live entities of one generation over the n it was sized for",
+            ),
+            (
+                DEDUPER_GENERATION_RETIRE,
+                "When an older generation of a resized deduper retires, in seconds since the Unix epoch",
+            ),
+        ] {
+            let family: Family<Labels, FloatGauge> = Family::default();
+            registry.register(name, help, family.clone());
+            deduper_gauges.push((name, family));
+        }
         Metrics {
             registry,
             requests,
@@ -344,6 +403,9 @@ impl Metrics {
             ready,
             journal_unreadable,
             records_remembered,
+            resizes_started,
+            auto_resize,
+            generations_retired,
             record_replays,
             records_held,
             clock_offset,
@@ -467,6 +529,8 @@ static SERIES: OnceLock<Series> = OnceLock::new();
 struct Series {
     max: usize,
     admitted: Mutex<HashMap<(String, String), HashSet<&'static str>>>,
+    /// The generation ids whose gauges are set, per pair.
+    generations: Mutex<HashMap<(String, String), Vec<u32>>>,
     /// Whether the cap was reached and logged (once per process).
     warned: std::sync::atomic::AtomicBool,
 }
@@ -476,6 +540,7 @@ impl Series {
         Series {
             max,
             admitted: Default::default(),
+            generations: Default::default(),
             warned: Default::default(),
         }
     }
@@ -580,6 +645,66 @@ pub fn deduper_stats(client_id: &str, name: &str, s: &crate::engine::DeduperStat
     }
 }
 
+/// Sets the per-generation gauges of a resized deduper from `generations`
+/// (id, figures, retirement in ms since the Unix epoch), and removes those
+/// of its generations no longer listed (retired).
+pub fn deduper_generations(
+    client_id: &str,
+    name: &str,
+    generations: &[(u32, crate::engine::DeduperStats, Option<i64>)],
+) {
+    if !admit(client_id, name, None) {
+        return;
+    }
+    let m = m();
+    let key = (client_id.to_string(), name.to_string());
+    let ids: Vec<u32> = generations.iter().map(|(id, _, _)| *id).collect();
+    let before = series()
+        .generations
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(key, ids.clone())
+        .unwrap_or_default();
+    for gone in before.iter().filter(|id| !ids.contains(id)) {
+        remove_generation(m, client_id, name, *gone);
+    }
+    for (id, s, retire_at) in generations {
+        let labels = generation_labels(client_id, name, *id);
+        let set = |metric: &str, v: f64| {
+            m.deduper_gauge(metric).get_or_create(&labels).set(v);
+        };
+        set(DEDUPER_GENERATION_FILL, s.fill_ratio);
+        set(DEDUPER_GENERATION_FPR, s.estimated_fpr);
+        if let Some(load) = s.load {
+            set(DEDUPER_GENERATION_LOAD, load);
+        }
+        match retire_at {
+            Some(at) => set(DEDUPER_GENERATION_RETIRE, *at as f64 / 1000.0),
+            None => {
+                m.deduper_gauge(DEDUPER_GENERATION_RETIRE).remove(&labels);
+            }
+        }
+    }
+}
+
+fn generation_labels(client: &str, deduper: &str, id: u32) -> Labels {
+    let mut labels = pair_labels(client, deduper);
+    labels.push(("generation", id.to_string()));
+    labels
+}
+
+fn remove_generation(m: &Metrics, client: &str, deduper: &str, id: u32) {
+    let labels = generation_labels(client, deduper, id);
+    for name in [
+        DEDUPER_GENERATION_FILL,
+        DEDUPER_GENERATION_FPR,
+        DEDUPER_GENERATION_LOAD,
+        DEDUPER_GENERATION_RETIRE,
+    ] {
+        m.deduper_gauge(name).remove(&labels);
+    }
+}
+
 /// A deleted deduper: removes every series of its pair (counters and
 /// gauges) from `/metrics` and frees the pair under
 /// `metrics.max_deduper_series` (a later deduper gets its own labels).
@@ -602,6 +727,15 @@ pub fn deduper_gone(client_id: &str, name: &str, figures: Option<bool>) {
     for (_, family) in &m.deduper_gauges {
         family.remove(&labels);
     }
+    let generations = series()
+        .generations
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&key)
+        .unwrap_or_default();
+    for id in generations {
+        remove_generation(m, client_id, name, id);
+    }
 }
 
 /// Sets `solus_journal_unreadable_records`: journal records lost at start-up.
@@ -614,6 +748,24 @@ pub fn records(remembered: usize, replays: usize) {
     let m = m();
     m.records_remembered.inc_by(remembered as u64);
     m.record_replays.inc_by(replays as u64);
+}
+
+/// Counts one resize started.
+pub fn resize_started() {
+    m().resizes_started.inc();
+}
+
+/// Counts one decision of the automatic resize policy (`started`,
+/// `ceiling` or `failed`).
+pub fn auto_resize(decision: &'static str) {
+    m().auto_resize
+        .get_or_create(&vec![("decision", decision.to_string())])
+        .inc();
+}
+
+/// Counts one older generation retired.
+pub fn generation_retired() {
+    m().generations_retired.inc();
 }
 
 /// Sets the gauge of record ids held in memory.

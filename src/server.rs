@@ -32,6 +32,9 @@ use crate::storage::metered::MeteredStore;
 /// Health service name of the data path: SERVING while storage is reachable.
 pub const DATA_SERVICE_NAME: &str = "solus.v1.DeduperService";
 
+/// How often older generations of resized dedupers are checked for retirement.
+const RETIRE_PASS_INTERVAL: Duration = Duration::from_millis(500);
+
 /// Health service name of recovery damage ([`Store::damage`]): SERVING when
 /// there is none, NOT_SERVING while damaged journal files are kept aside.
 /// Not asked by the probes: the replica serves what it could read.
@@ -448,8 +451,25 @@ pub async fn serve(
         sample_bits: settings.stats.sample_bits.max(1),
         over_capacity_fpr_factor: settings.stats.over_capacity_fpr_factor,
     };
-    let engine =
-        Arc::new(Engine::new(store.clone(), settings.limits.engine_limits()).with_stats_settings(stats_settings));
+    let r = &settings.resize;
+    let auto_resize = crate::engine::AutoResize {
+        enabled: r.auto,
+        load_threshold: r.load_threshold,
+        passes: r.passes,
+        growth: r.growth,
+        max_expected_insertions: r.max_expected_insertions,
+    };
+    if r.auto && !store.supports_generations() {
+        tracing::warn!(
+            backend = store.kind(),
+            "resize.auto is on, but this store keeps no generations yet: no deduper is resized"
+        );
+    }
+    let engine = Arc::new(
+        Engine::new(store.clone(), settings.limits.engine_limits())
+            .with_stats_settings(stats_settings)
+            .with_auto_resize(auto_resize),
+    );
     let stats_pass = (settings.stats.refresh_interval_ms > 0).then(|| {
         let engine = engine.clone();
         let every = Duration::from_millis(settings.stats.refresh_interval_ms);
@@ -460,6 +480,23 @@ pub async fn serve(
             }
         })
     });
+    // Retires older generations of resized dedupers on time (cheap when
+    // none is due: no storage call).
+    // Stopped by a signal, not aborted: a pass in its storage call finishes
+    // first, so the store is released when `serve` returns.
+    let (retire_stop, mut retire_stopped) = tokio::sync::watch::channel(false);
+    let retire_pass = {
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            engine.resume_resizes().await;
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(RETIRE_PASS_INTERVAL) => engine.retire_generations().await,
+                    _ = retire_stopped.changed() => return,
+                }
+            }
+        })
+    };
     if settings.limits.allow_biased_bits_per_shard {
         tracing::warn!(
             "limits.allow_biased_bits_per_shard is on: CreateDeduper accepts bits_per_shard above 2^30, whose bit \
@@ -581,6 +618,8 @@ pub async fn serve(
         task.abort();
         let _ = task.await;
     }
+    let _ = retire_stop.send(true);
+    let _ = retire_pass.await;
     if let Some(task) = sighup {
         task.abort();
     }

@@ -48,6 +48,8 @@ async fn check(b: &TestBackend) {
             name: "long".into(),
             active: None,
             expiry_seconds: Some(20 * 365 * 24 * 3600),
+            expected_insertions: None,
+            false_positive_rate: None,
         })
         .await;
     if b.name == "embedded" {

@@ -184,6 +184,8 @@ fn shared() -> &'static Shared {
                 name: "off".into(),
                 active: Some(false),
                 expiry_seconds: None,
+                expected_insertions: None,
+                false_positive_rate: None,
             };
             admin.update_deduper(off).await.unwrap();
             s
@@ -294,6 +296,8 @@ fn well_formed(method: usize) -> BoxedStrategy<Vec<u8>> {
                     name: n,
                     active,
                     expiry_seconds,
+                    expected_insertions: None,
+                    false_positive_rate: None,
                 }
                 .encode_to_vec()
             })

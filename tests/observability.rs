@@ -160,10 +160,25 @@ async fn every_metric_of_the_dashboard_and_the_rules_is_exported() {
         })
         .await
         .unwrap();
+    // A resize, for the per-generation series (its older generation retires
+    // in about 10 minutes: after this test).
+    admin
+        .update_deduper(pb::UpdateDeduperRequest {
+            client_id: "c".into(),
+            name: "d".into(),
+            expected_insertions: Some(40_000),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
     let mut page = String::new();
     for _ in 0..200 {
         page = server.metrics().await;
-        if page.contains(r#"solus_deduper_load_ratio{client="c",deduper="d"}"#) && page.contains("solus_ready ") {
+        if page.contains(r#"solus_deduper_load_ratio{client="c",deduper="d"}"#)
+            && page
+                .contains(r#"solus_deduper_generation_retire_timestamp_seconds{client="c",deduper="d",generation="0"}"#)
+            && page.contains("solus_ready ")
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -106,6 +106,8 @@ async fn call(ch: &Channel, rpc: &str, client: &str, deduper: &str, auth: Option
                     name: d,
                     active: Some(true),
                     expiry_seconds: None,
+                    expected_insertions: None,
+                    false_positive_rate: None,
                 },
                 auth,
             ))

@@ -49,7 +49,37 @@ pub fn stats_to_pb(s: DeduperStats) -> pb::DeduperStats {
 
 /// The wire form of a deduper, with its live figures when known.
 pub fn deduper_to_pb(d: Deduper, stats: Option<DeduperStats>) -> pb::Deduper {
+    deduper_with_generations_to_pb(d, stats, &[])
+}
+
+/// [`deduper_to_pb`] with the figures of its generations, by id, when known.
+pub fn deduper_with_generations_to_pb(
+    d: Deduper,
+    stats: Option<DeduperStats>,
+    generation_stats: &[(u32, DeduperStats)],
+) -> pb::Deduper {
+    let generations = d
+        .generations
+        .iter()
+        .map(|g| pb::Generation {
+            id: g.id,
+            hash_functions: g.geometry.hash_functions,
+            shards: g.geometry.shards,
+            bits_per_shard: g.geometry.bits_per_shard,
+            expected_insertions: g.expected_insertions,
+            false_positive_rate: g.false_positive_rate,
+            created_ms: g.created_ms,
+            writes_from_ms: g.writes_from_ms,
+            retire_at_ms: g.retire_at_ms,
+            stats: generation_stats
+                .iter()
+                .find(|(id, _)| *id == g.id)
+                .map(|(_, s)| stats_to_pb(*s)),
+            filter_name: crate::generations::physical_name(&d.name, g.id),
+        })
+        .collect();
     pb::Deduper {
+        generations,
         stats: stats.map(stats_to_pb),
         client_id: d.client_id,
         name: d.name,
@@ -107,7 +137,8 @@ impl pb::deduper_admin_service_server::DeduperAdminService for AdminService {
                 .await
                 .map_err(status_of)?;
             let stats = self.engine.stats_of(&d.client_id, &d.name);
-            Ok(Response::new(deduper_to_pb(d, stats)))
+            let per = self.engine.generation_stats_of(&d.client_id, &d.name);
+            Ok(Response::new(deduper_with_generations_to_pb(d, stats, &per)))
         })
         .await
     }
@@ -126,7 +157,8 @@ impl pb::deduper_admin_service_server::DeduperAdminService for AdminService {
                     .into_iter()
                     .map(|d| {
                         let stats = self.engine.stats_of(&d.client_id, &d.name);
-                        deduper_to_pb(d, stats)
+                        let per = self.engine.generation_stats_of(&d.client_id, &d.name);
+                        deduper_with_generations_to_pb(d, stats, &per)
                     })
                     .collect(),
             }))
@@ -141,11 +173,31 @@ impl pb::deduper_admin_service_server::DeduperAdminService for AdminService {
         let (metadata, extensions, r) = request.into_parts();
         authorize(&extensions, &r.client_id)?;
         within_deadline("UpdateDeduper", &metadata, self.timeout, async {
-            let d = self
-                .engine
-                .update_deduper(&r.client_id, &r.name, r.active, r.expiry_seconds)
-                .await;
-            Ok(Response::new(deduper_to_pb(d.map_err(status_of)?, None)))
+            let mut d = None;
+            if r.active.is_some() || r.expiry_seconds.is_some() {
+                let updated = self
+                    .engine
+                    .update_deduper(&r.client_id, &r.name, r.active, r.expiry_seconds)
+                    .await;
+                d = Some(updated.map_err(status_of)?);
+            }
+            if r.expected_insertions.is_some() || r.false_positive_rate.is_some() {
+                let resized = self
+                    .engine
+                    .resize_deduper(&r.client_id, &r.name, r.expected_insertions, r.false_positive_rate)
+                    .await;
+                d = Some(resized.map_err(status_of)?);
+            }
+            let d = match d {
+                Some(d) => d,
+                // Nothing to change: the config as it is (as before).
+                None => self
+                    .engine
+                    .update_deduper(&r.client_id, &r.name, None, None)
+                    .await
+                    .map_err(status_of)?,
+            };
+            Ok(Response::new(deduper_with_generations_to_pb(d, None, &[])))
         })
         .await
     }

@@ -92,9 +92,10 @@ pub fn is_transient(status: &Status) -> bool {
 pub fn status_of(e: EngineError) -> Status {
     let code = match &e {
         EngineError::NotFound { .. } => Code::NotFound,
-        EngineError::Inactive { .. } | EngineError::Active { .. } | EngineError::Misplaced { .. } => {
-            Code::FailedPrecondition
-        }
+        EngineError::Inactive { .. }
+        | EngineError::Active { .. }
+        | EngineError::Misplaced { .. }
+        | EngineError::Resize(_) => Code::FailedPrecondition,
         EngineError::AlreadyExists { .. } => Code::AlreadyExists,
         EngineError::Invalid(_) => Code::InvalidArgument,
         EngineError::Storage(StorageError::Unavailable(_)) => Code::Unavailable,

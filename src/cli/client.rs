@@ -185,7 +185,23 @@ fn print_deduper(d: &pb::Deduper) {
         "false_positive_rate": d.false_positive_rate,
         "stats": d.stats.as_ref().map(stats_json),
     });
+    let mut json = json;
+    if !d.generations.is_empty() {
+        json["generations"] = d.generations.iter().map(generation_json).collect();
+    }
     println!("{json}");
+}
+
+/// One generation of a resized deduper as JSON: geometry, sizing, timing
+/// (ms since the Unix epoch), where its bits are, and its figures.
+fn generation_json(g: &pb::Generation) -> serde_json::Value {
+    serde_json::json!({
+        "id": g.id, "filter_name": g.filter_name, "hash_functions": g.hash_functions, "shards": g.shards,
+        "bits_per_shard": g.bits_per_shard, "expected_insertions": g.expected_insertions,
+        "false_positive_rate": g.false_positive_rate, "created_ms": g.created_ms,
+        "writes_from_ms": g.writes_from_ms, "retire_at_ms": g.retire_at_ms,
+        "stats": g.stats.as_ref().map(stats_json),
+    })
 }
 
 /// A deduper's live figures as JSON (an infinite estimate shows as null).
@@ -260,11 +276,17 @@ pub async fn deduper(command: DeduperCommand) -> anyhow::Result<()> {
             name,
             active,
             expiry_seconds,
+            expected_insertions,
+            false_positive_rate,
         } => {
             check_ids(&client, Some(("--name", &name)))?;
             anyhow::ensure!(
-                active.is_some() || expiry_seconds.is_some(),
-                "nothing to change: give --active true|false and/or --expiry-seconds <seconds>"
+                active.is_some()
+                    || expiry_seconds.is_some()
+                    || expected_insertions.is_some()
+                    || false_positive_rate.is_some(),
+                "nothing to change: give --active true|false, --expiry-seconds <seconds> and/or \
+                 --expected-insertions <n> [--false-positive-rate <p>]"
             );
             let mut c = DeduperAdminServiceClient::new(connect(&target).await?);
             let call = Call {
@@ -278,6 +300,8 @@ pub async fn deduper(command: DeduperCommand) -> anyhow::Result<()> {
                     name: name.clone(),
                     active,
                     expiry_seconds,
+                    expected_insertions,
+                    false_positive_rate,
                 })
                 .await
                 .map_err(|s| call_error(s, call))?;
@@ -310,9 +334,19 @@ pub async fn deduper(command: DeduperCommand) -> anyhow::Result<()> {
                 print_deduper(d);
             }
         }
-        DeduperCommand::Stats { target, client, name } => match &get_deduper(&target, &client, &name).await?.stats {
-            Some(s) => println!("{}", stats_json(s)),
-            None => anyhow::bail!(
+        DeduperCommand::Stats { target, client, name } => match get_deduper(&target, &client, &name).await? {
+            pb::Deduper {
+                stats: Some(s),
+                generations,
+                ..
+            } => {
+                let mut json = stats_json(&s);
+                if !generations.is_empty() {
+                    json["generations"] = generations.iter().map(generation_json).collect();
+                }
+                println!("{json}");
+            }
+            _ => anyhow::bail!(
                 "no figures for {client}/{name} yet: the server computes them every stats.refresh_interval_ms \
                      for the dedupers it has seen (0 turns that off); try again after that"
             ),

@@ -23,6 +23,11 @@ pub struct ExplainArgs {
     /// Name of the deduper (part of the row key).
     #[arg(long)]
     pub deduper: String,
+    /// The generation of a resized deduper (`solus deduper get` lists them,
+    /// each with its own geometry): its bits are in the filter
+    /// `<deduper>~g<N>` (0, the default: the deduper's own name).
+    #[arg(long, default_value_t = 0)]
+    pub generation: u32,
     /// ENTITY is hex-encoded bytes.
     #[arg(long)]
     pub hex: bool,
@@ -58,12 +63,15 @@ pub fn run(a: ExplainArgs) -> anyhow::Result<()> {
     let shard = hashing::shard_of(&entity, a.shards);
     let mut bits = vec![0u32; a.hash_functions as usize];
     hashing::bit_positions(&entity, a.bits_per_shard, &mut bits);
-    let row_key: String = layout::data_row_key(shard, &a.client, &a.deduper)
+    let filter = crate::generations::physical_name(&a.deduper, a.generation);
+    let row_key: String = layout::data_row_key(shard, &a.client, &filter)
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
     let qualifiers: Vec<String> = bits.iter().map(|&b| layout::ttl_qualifier(b)).collect();
-    let json = serde_json::json!({ "shard": shard, "row_key_hex": row_key, "bits": bits, "qualifiers": qualifiers });
+    let page_file = format!("filters/{}/{filter}.bits", a.client);
+    let json = serde_json::json!({ "shard": shard, "row_key_hex": row_key, "bits": bits, "qualifiers": qualifiers,
+        "generation": a.generation, "filter": filter, "embedded_page_file": page_file });
     println!("{json}");
     Ok(())
 }

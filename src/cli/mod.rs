@@ -115,7 +115,7 @@ pub enum DeduperCommand {
         #[arg(long)]
         active_only: bool,
     },
-    /// Activate/deactivate a deduper or change its expiry.
+    /// Activate/deactivate a deduper, change its expiry, or resize it online.
     Update {
         #[command(flatten)]
         target: Target,
@@ -131,6 +131,14 @@ pub enum DeduperCommand {
         /// New longest and default TTL of an entity, in seconds.
         #[arg(long)]
         expiry_seconds: Option<u64>,
+        /// Resize online to this many expected insertions: a successor
+        /// generation is read at once, written after a few seconds, and the
+        /// older one retires after its longest expiry (docs/operations.md, "Resizing").
+        #[arg(long)]
+        expected_insertions: Option<u64>,
+        /// With the resize: the false-positive rate to size for (default: the current one).
+        #[arg(long)]
+        false_positive_rate: Option<f64>,
     },
     /// Delete a deduper: its config and its bits (frees the embedded memory budget).
     Delete {

@@ -18,8 +18,10 @@ use crate::storage::{self, BitAddr, BitOrder, Cell, RequestKey, StorageError, St
 mod placement;
 pub mod records;
 pub mod requests;
+mod resize;
 pub mod stats;
 
+pub use self::resize::AutoResize;
 pub use self::stats::{DeduperStats, StatsSettings};
 
 /// Request limits (`limits.*` in the config).
@@ -73,6 +75,10 @@ pub enum EngineError {
         recorded: String,
         current: String,
     },
+    /// A resize refused now (one is under way; the store keeps no
+    /// generations); the message says when or what instead.
+    #[error("{0}")]
+    Resize(String),
     #[error(transparent)]
     Storage(StorageError),
 }
@@ -155,6 +161,7 @@ pub struct Engine {
     /// Dedupers seen and their live figures (`stats.rs`).
     stats: Arc<stats::StatsBook>,
     stats_settings: StatsSettings,
+    auto_resize: AutoResize,
 }
 
 /// Entities hashed and laid out for one storage call: `index[i*k + j]`
@@ -338,7 +345,14 @@ impl Engine {
             misplaced: Mutex::new(std::collections::BTreeSet::new()),
             stats: Arc::new(stats::StatsBook::default()),
             stats_settings: StatsSettings::default(),
+            auto_resize: AutoResize::default(),
         }
+    }
+
+    /// Sets the automatic resize policy (`resize.*`); off otherwise.
+    pub fn with_auto_resize(mut self, policy: AutoResize) -> Engine {
+        self.auto_resize = policy;
+        self
     }
 
     /// Sets the statistics settings (`stats.*`); defaults otherwise.
@@ -599,9 +613,11 @@ impl Engine {
         Self::blocking(move || {
             let now = now_ms();
             let expire = check_expire(&*store, now, ttl)?;
-            let plan = Plan::for_store(store.bit_order(), true, &d, &entities);
+            // Adds go to the newest generation writes have moved to.
+            let (w, _) = resize::split(&d, now);
+            let plan = Plan::for_store(store.bit_order(), true, &w, &entities);
             let Some(key) = key else {
-                store.write_bits(&d, &plan.addrs, expire)?;
+                store.write_bits(&w, &plan.addrs, expire)?;
                 return Ok(entities.len() as u32);
             };
             let digest = requests::digest(ttl_ms, &entities);
@@ -620,7 +636,7 @@ impl Engine {
                 },
             };
             record.check_same(Kind::Add, &digest)?;
-            store.write_bits(&d, &plan.addrs, record.expire_ms)?;
+            store.write_bits(&w, &plan.addrs, record.expire_ms)?;
             Ok(record.count)
         })
         .await
@@ -696,25 +712,13 @@ impl Engine {
         }
         let store = self.store.clone();
         Self::blocking(move || {
-            let plan = Plan::for_store(store.bit_order(), false, &d, &entities);
             let now = now_ms();
-            let mut absent = if plan.index.is_none() && plan.k > 0 {
-                // Entity order: the store may stop at each entity's first unset bit.
-                let absent = store.entities_absent(&d, &plan.addrs, plan.k, now)?;
-                if absent.len() != entities.len() {
-                    return Err(EngineError::Storage(StorageError::Corrupt(format!(
-                        "storage answered {} entities for {}",
-                        absent.len(),
-                        entities.len()
-                    ))));
-                }
-                absent
+            // Absent only if absent in every live generation.
+            let mut absent = if d.generations.is_empty() {
+                absent_in(&*store, &d, &entities, now)?
             } else {
-                let cells = store.read_bits(&d, &plan.addrs)?;
-                check_len(&cells, &plan)?;
-                (0..entities.len())
-                    .map(|i| plan.entity_bits(i).any(|a| !cells[a].is_set(now)))
-                    .collect()
+                let view = crate::generations::View::at(&d, now);
+                resize::absent_in_all(&*store, view.readers.iter(), &entities, now)?
             };
             if !record_ids.is_empty() {
                 let replays = records::apply_replays(&entities, &record_ids, &mut absent, |ids| {
@@ -797,8 +801,11 @@ impl Engine {
         };
         let store = self.store.clone();
         Self::blocking(move || {
-            let plan = Plan::for_store(store.bit_order(), true, &d, &entities);
             let now = now_ms();
+            // The newest generation's own atomic add-if-absent, and a read of
+            // the older ones (no writes go there once writes moved on).
+            let (w, others) = resize::split(&d, now);
+            let plan = Plan::for_store(store.bit_order(), true, &w, &entities);
             let expire = check_expire(&*store, now, ttl)?;
             let digest = key.as_ref().map(|_| requests::digest(ttl_ms, &entities));
             if let (Some(key), Some(digest)) = (&key, &digest)
@@ -806,19 +813,29 @@ impl Engine {
             {
                 let record = Record::decode(&earlier)?;
                 record.check_same(Kind::AddIfAbsent, digest)?;
-                store.write_bits(&d, &plan.addrs, record.expire_ms)?;
+                store.write_bits(&w, &plan.addrs, record.expire_ms)?;
                 return Ok(record.absent);
             }
+            // Read after the write: of two racing adds of one entity to two
+            // generations (at the switch), the later read sees the other's bits.
+            let absent_in_others = || {
+                // The write above before these reads, for the argument above.
+                std::sync::atomic::fence(Ordering::SeqCst);
+                resize::absent_in_all(&*store, others.iter(), &entities, now)
+            };
             if key.is_none() && record_ids.is_empty() {
                 // Nothing to record between the read and the write.
-                let cells = store.read_then_write_bits(&d, &plan.addrs, expire)?;
+                let cells = store.read_then_write_bits(&w, &plan.addrs, expire)?;
                 check_len(&cells, &plan)?;
-                return Ok(answer_of(&plan, entities.len(), &cells, now));
+                let mut answer = answer_of(&plan, entities.len(), &cells, now);
+                resize::mask(&mut answer, &absent_in_others()?);
+                return Ok(answer);
             }
+            let before = absent_in_others()?;
             let mut answer = None;
             let mut earlier = None;
             let mut replayed = vec![false; entities.len()];
-            let result = store.read_and_write_bits(&d, &plan.addrs, expire, &mut |cells: &[Cell]| {
+            let result = store.read_and_write_bits(&w, &plan.addrs, expire, &mut |cells: &[Cell]| {
                 if cells.len() != plan.addrs.len() {
                     return Err(StorageError::Corrupt(format!(
                         "storage answered {} cells for {} bits",
@@ -827,6 +844,7 @@ impl Engine {
                     )));
                 }
                 let mut absent = answer_of(&plan, entities.len(), cells, now);
+                resize::mask(&mut absent, &before);
                 if !record_ids.is_empty() {
                     let firsts = records::first_occurrences(&entities, &record_ids, &absent);
                     let read = absent.clone();
@@ -859,7 +877,7 @@ impl Engine {
             if let (Some(e), Some(digest)) = (earlier, &digest) {
                 let record = Record::decode(&e)?;
                 record.check_same(Kind::AddIfAbsent, digest)?;
-                store.write_bits(&d, &plan.addrs, record.expire_ms)?;
+                store.write_bits(&w, &plan.addrs, record.expire_ms)?;
                 return Ok(record.absent);
             }
             let cells = result?;
@@ -868,6 +886,7 @@ impl Engine {
             // lost a race on as set, after the answer was recorded from its read.
             // A replay stays absent whatever the cells say.
             let mut final_answer = answer_of(&plan, entities.len(), &cells, now);
+            resize::mask(&mut final_answer, &absent_in_others()?);
             for (a, &r) in final_answer.iter_mut().zip(&replayed) {
                 *a |= r;
             }
@@ -976,6 +995,8 @@ impl Engine {
             let change = move |d: &mut Deduper| {
                 if let Some(e) = expiry_seconds {
                     d.set_expiry(e);
+                    // A longer expiry keeps older generations longer.
+                    crate::generations::seal(d);
                 }
                 if let Some(a) = active {
                     d.active = a;
@@ -990,6 +1011,35 @@ impl Engine {
         self.forget(client_id, name);
         self.stats.note(&updated);
         Ok(updated)
+    }
+}
+
+/// Whether each of `entities` is absent from the filter of `d` (one
+/// physical filter) at `now`: one storage read. Errors: `Storage`.
+fn absent_in<E: AsRef<[u8]>>(
+    store: &dyn Store,
+    d: &Deduper,
+    entities: &[E],
+    now: i64,
+) -> Result<Vec<bool>, EngineError> {
+    let plan = Plan::for_store(store.bit_order(), false, d, entities);
+    if plan.index.is_none() && plan.k > 0 {
+        // Entity order: the store may stop at each entity's first unset bit.
+        let absent = store.entities_absent(d, &plan.addrs, plan.k, now)?;
+        if absent.len() != entities.len() {
+            return Err(EngineError::Storage(StorageError::Corrupt(format!(
+                "storage answered {} entities for {}",
+                absent.len(),
+                entities.len()
+            ))));
+        }
+        Ok(absent)
+    } else {
+        let cells = store.read_bits(d, &plan.addrs)?;
+        check_len(&cells, &plan)?;
+        Ok((0..entities.len())
+            .map(|i| plan.entity_bits(i).any(|a| !cells[a].is_set(now)))
+            .collect())
     }
 }
 

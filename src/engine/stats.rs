@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use super::{CacheKey, Engine, EngineError};
 use crate::clock::now_ms;
 use crate::deduper::{self, Deduper};
+use crate::generations;
 use crate::metrics;
 use crate::storage::BitStats;
 
@@ -111,7 +112,12 @@ impl DeduperStats {
 pub(super) struct StatsBook {
     known: Mutex<HashMap<CacheKey, Arc<Deduper>>>,
     figures: RwLock<HashMap<CacheKey, DeduperStats>>,
+    /// Figures of each generation of a deduper that records generations,
+    /// by generation id.
+    generations: RwLock<HashMap<CacheKey, Vec<(u32, DeduperStats)>>>,
     warned: Mutex<HashSet<CacheKey>>,
+    /// Consecutive passes above the automatic resize threshold (`resize.rs`).
+    pub(super) above: Mutex<HashMap<CacheKey, u32>>,
 }
 
 fn key_of(d: &Deduper) -> CacheKey {
@@ -144,6 +150,16 @@ impl StatsBook {
             .insert(key_of(d), Arc::new(d.clone()));
     }
 
+    /// The dedupers seen so far, as last noted.
+    pub(super) fn snapshot(&self) -> Vec<Arc<Deduper>> {
+        self.known
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
     /// Forgets a deleted (or vanished) deduper, frees its metric labels and
     /// zeroes its gauges.
     pub(super) fn drop_deduper(&self, client_id: &str, name: &str) {
@@ -153,7 +169,9 @@ impl StatsBook {
         let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
         known.remove(&key);
         let had = self.figures.write().unwrap_or_else(|p| p.into_inner()).remove(&key);
+        self.generations.write().unwrap_or_else(|p| p.into_inner()).remove(&key);
         self.warned.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+        self.above.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
         metrics::deduper_gone(client_id, name, had.map(|f| f.load.is_some()));
         drop(known);
     }
@@ -167,7 +185,7 @@ impl StatsBook {
             .copied()
     }
 
-    fn record(&self, d: &Deduper, s: DeduperStats, factor: f64) {
+    fn record(&self, d: &Deduper, s: DeduperStats, per_generation: Vec<(u32, DeduperStats)>, factor: f64) {
         let key = key_of(d);
         // A delete may have run while this deduper was being counted; held
         // until the gauges are set, so that a delete zeroes them after.
@@ -179,7 +197,22 @@ impl StatsBook {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .insert(key.clone(), s);
+        self.generations
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.clone(), per_generation.clone());
         metrics::deduper_stats(&d.client_id, &d.name, &s, d.false_positive_rate);
+        if !d.generations.is_empty() {
+            let per: Vec<_> = d
+                .generations
+                .iter()
+                .filter_map(|g| {
+                    let s = per_generation.iter().find(|(id, _)| *id == g.id)?.1;
+                    Some((g.id, s, g.retire_at_ms))
+                })
+                .collect();
+            metrics::deduper_generations(&d.client_id, &d.name, &per);
+        }
         drop(known);
         let Some(p) = d.false_positive_rate else { return };
         let over = s.estimated_fpr > factor * p;
@@ -194,7 +227,7 @@ impl StatsBook {
                 estimated_entities = s.estimated_entities.round(),
                 expected_insertions = d.expected_insertions,
                 "deduper over capacity: its estimated false-positive rate passed stats.over_capacity_fpr_factor x p; \
-                 create a bigger deduper and move traffic to it (docs/operations.md)"
+                 resize it online (solus deduper update --expected-insertions, or resize.auto; docs/operations.md, \"Resizing\")"
             );
         } else if !over && warned.remove(&key) {
             tracing::info!(client_id = %d.client_id, deduper = %d.name, estimated_fpr = s.estimated_fpr, p,
@@ -210,20 +243,26 @@ impl Engine {
         self.stats.get(client_id, name)
     }
 
+    /// The latest figures of each generation of a deduper that records
+    /// generations, by generation id; empty before the first pass that
+    /// counted it, or without generations.
+    pub fn generation_stats_of(&self, client_id: &str, name: &str) -> Vec<(u32, DeduperStats)> {
+        let key = (client_id.to_string(), name.to_string());
+        self.stats
+            .generations
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+            .cloned()
+            .unwrap_or_default()
+    }
+
     /// One statistics pass: counts every deduper seen so far, one at a time
     /// on the blocking pool, and keeps the figures (see the module docs).
     /// A deduper whose count fails keeps its previous figures (logged);
     /// one that no longer exists is forgotten.
     pub async fn refresh_stats(&self) {
-        let known: Vec<Arc<Deduper>> = self
-            .stats
-            .known
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect();
-        for d in known {
+        for d in self.stats.snapshot() {
             let store = self.store.clone();
             let settings = self.stats_settings;
             let counted = tokio::task::spawn_blocking(move || {
@@ -232,14 +271,41 @@ impl Engine {
                     return Ok((d, None));
                 };
                 let now = now_ms();
-                let bits = store.bit_stats(&current, now, settings.sample_bits, sample_seed(&current))?;
-                let stats = DeduperStats::from_bits(&current, bits, now);
-                Ok::<_, crate::storage::StorageError>((Arc::new(current), Some(stats)))
+                if current.generations.is_empty() {
+                    let bits = store.bit_stats(&current, now, settings.sample_bits, sample_seed(&current))?;
+                    let stats = DeduperStats::from_bits(&current, bits, now);
+                    return Ok((Arc::new(current), Some((stats, Vec::new()))));
+                }
+                // Each generation on its own; the deduper's figures are the
+                // newest one's, with the rate of a read of all live ones.
+                let mut per = Vec::new();
+                for g in &current.generations {
+                    let f = generations::physical(&current, g);
+                    let bits = store.bit_stats(&f, now, settings.sample_bits, sample_seed(&f))?;
+                    per.push((g.id, DeduperStats::from_bits(&f, bits, now)));
+                }
+                let live = current
+                    .generations
+                    .iter()
+                    .zip(&per)
+                    .filter(|(g, _)| g.retire_at_ms.is_none_or(|r| now < r));
+                let union = generations::union_fpr(live.map(|(_, (_, s))| s.estimated_fpr));
+                let newest = per
+                    .last()
+                    .map(|(_, s)| *s)
+                    .unwrap_or_else(|| DeduperStats::from_bits(&current, crate::storage::BitStats::default(), now));
+                let stats = DeduperStats {
+                    estimated_fpr: union,
+                    ..newest
+                };
+                Ok::<_, crate::storage::StorageError>((Arc::new(current), Some((stats, per))))
             })
             .await;
             match counted {
-                Ok(Ok((d, Some(s)))) => {
-                    self.stats.record(&d, s, self.stats_settings.over_capacity_fpr_factor);
+                Ok(Ok((d, Some((s, per))))) => {
+                    self.stats
+                        .record(&d, s, per, self.stats_settings.over_capacity_fpr_factor);
+                    self.consider_auto_resize(&d, &s).await;
                 }
                 Ok(Ok((d, None))) => self.stats.drop_deduper(&d.client_id, &d.name),
                 Ok(Err(e)) => {

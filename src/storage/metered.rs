@@ -41,6 +41,14 @@ impl Store for MeteredStore {
         self.inner.bit_order()
     }
 
+    fn supports_generations(&self) -> bool {
+        self.inner.supports_generations()
+    }
+
+    fn resized_dedupers(&self) -> Result<Vec<Deduper>, StorageError> {
+        self.inner.resized_dedupers()
+    }
+
     fn read_bits(&self, deduper: &Deduper, bits: &[BitAddr]) -> Result<Vec<Cell>, StorageError> {
         Self::timed("read_bits", || self.inner.read_bits(deduper, bits))
     }

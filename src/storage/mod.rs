@@ -203,6 +203,22 @@ pub trait Store: Send + Sync + 'static {
         self.read_and_write_bits(deduper, bits, expire_ms, &mut |_: &[Cell]| Ok(()))
     }
 
+    /// Whether this backend keeps the generations a resize records
+    /// (`crate::generations`): allocates a generation's filter when a config
+    /// change records it and frees its data when one drops it. False by
+    /// default: the engine then refuses to resize.
+    fn supports_generations(&self) -> bool {
+        false
+    }
+
+    /// Every deduper config that records generations (a resize under way
+    /// or done), of every client: what a restarted server resumes
+    /// retiring. Empty by default (stores that keep no generations).
+    /// Errors: `Unavailable`, `Corrupt`.
+    fn resized_dedupers(&self) -> Result<Vec<Deduper>, StorageError> {
+        Ok(Vec::new())
+    }
+
     /// Stores a new deduper config; [`StorageError::AlreadyExists`] when the
     /// client already has one with that name.
     fn create_deduper(&self, deduper: &Deduper) -> Result<(), StorageError>;

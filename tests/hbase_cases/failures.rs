@@ -125,6 +125,8 @@ async fn concurrent_updates_through_replicas_lose_nothing() {
         name: "u".into(),
         active,
         expiry_seconds: expiry,
+        expected_insertions: None,
+        false_positive_rate: None,
     };
     for round in 0..20u64 {
         replicas[0]

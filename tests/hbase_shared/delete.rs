@@ -17,6 +17,8 @@ fn update(name: &str, active: Option<bool>, expiry_seconds: Option<u64>) -> pb::
         name: name.into(),
         active,
         expiry_seconds,
+        expected_insertions: None,
+        false_positive_rate: None,
     }
 }
 

@@ -76,6 +76,8 @@ pub async fn admin_create_get_list_update(b: &TestBackend) {
             name: "clicks".into(),
             active: Some(false),
             expiry_seconds: Some(120),
+            expected_insertions: None,
+            false_positive_rate: None,
         })
         .await
         .unwrap()
@@ -105,6 +107,8 @@ pub async fn admin_create_get_list_update(b: &TestBackend) {
             name: "clicks".into(),
             active: None,
             expiry_seconds: Some(30),
+            expected_insertions: None,
+            false_positive_rate: None,
         })
         .await
         .unwrap()
@@ -192,6 +196,8 @@ pub async fn admin_errors(b: &TestBackend) {
         name: "d".into(),
         active: None,
         expiry_seconds: Some(0),
+        expected_insertions: None,
+        false_positive_rate: None,
     };
     assert_eq!(code(admin.update_deduper(bad_update).await).0, Code::InvalidArgument);
     let bad_list = pb::ListDedupersRequest {

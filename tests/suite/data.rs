@@ -148,6 +148,8 @@ pub async fn data_errors(b: &TestBackend) {
         name: "d".into(),
         active: Some(active),
         expiry_seconds: None,
+        expected_insertions: None,
+        false_positive_rate: None,
     };
     admin.update_deduper(set_active(false)).await.unwrap();
     let (c, m) = status(data.add(req("c", "d", ents(&["a"]), 0)).await);

@@ -106,6 +106,8 @@ pub async fn delete_deduper_refuses_active_then_removes_everything(b: &TestBacke
             name: "kept".into(),
             active: Some(false),
             expiry_seconds: None,
+            expected_insertions: None,
+            false_positive_rate: None,
         })
         .await
         .unwrap();

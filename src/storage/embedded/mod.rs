@@ -328,7 +328,9 @@ impl EmbeddedStore {
 
     /// Number of dedupers the store holds (for the `solus_dedupers` gauge).
     pub fn deduper_count(&self) -> usize {
-        self.inner.entries.read().unwrap_or_else(|p| p.into_inner()).len()
+        let entries = self.inner.entries.read().unwrap_or_else(|p| p.into_inner());
+        // A resized deduper's later generations are filters of it, not dedupers.
+        entries.keys().filter(|k| !k.windows(2).any(|w| w == b"~g")).count()
     }
 
     /// Bytes of the page files on disk (allocated blocks).
@@ -477,6 +479,26 @@ fn remove_page_file(config: &EmbeddedConfig, deduper: &Deduper) -> Result<(), St
 }
 
 impl Inner {
+    /// Refuses `need` more bytes of filters (for `deduper`, named in the
+    /// message) beyond `max_memory_mib` given `reserved`. Errors: `Capacity`.
+    fn check_budget(&self, reserved: u64, need: u64, deduper: &Deduper) -> Result<(), StorageError> {
+        let budget = self.config.max_memory_mib.saturating_mul(1 << 20);
+        if reserved.saturating_add(need) <= budget {
+            return Ok(());
+        }
+        // Two decimals: whole MiB would round "needs 0.73, 0.54 left" to "needs 1, 1 left".
+        let mib = |b: u64| format!("{:.2}", b as f64 / f64::from(1 << 20));
+        Err(StorageError::Capacity(format!(
+            "deduper {:?} needs {} MiB of memory ({} bits x 1 byte, plus the page index), but only {} of the embedded store's {} MiB \
+             are left (storage.embedded.max_memory_mib); size it smaller or raise the budget",
+            deduper.name,
+            mib(need),
+            deduper.geometry.total_bits(),
+            mib(budget.saturating_sub(reserved)),
+            self.config.max_memory_mib
+        )))
+    }
+
     /// The journal. Errors: `Unavailable` before recovery opened it.
     fn journal(&self) -> Result<&journal::Journal, StorageError> {
         self.journal.get().ok_or_else(|| unavailable("the journal is not open"))
@@ -572,6 +594,27 @@ impl Store for EmbeddedStore {
         "embedded"
     }
 
+    /// Each generation's filter is allocated and freed with the config
+    /// change that records or drops it (`update_deduper`).
+    fn supports_generations(&self) -> bool {
+        true
+    }
+
+    /// A scan of every config (the meta keyspace is small and in memory).
+    fn resized_dedupers(&self) -> Result<Vec<Deduper>, StorageError> {
+        let mut out = Vec::new();
+        self.inner.with_fjall(|h| {
+            for kv in h.meta.iter() {
+                let d = decode_meta(&kv.value().map_err(unavailable)?)?;
+                if !d.generations.is_empty() {
+                    out.push(d);
+                }
+            }
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
     /// Each bit is one stamp reached directly: no sort needed, and a repeat
     /// costs one more (cached) stamp access. Journal records are encoded per
     /// run of one shard, which writes grouped by shard keep as short as
@@ -665,52 +708,87 @@ impl Store for EmbeddedStore {
     fn create_deduper(&self, deduper: &Deduper) -> Result<(), StorageError> {
         let mut reserved = self.inner.meta_lock.lock().unwrap_or_else(|p| p.into_inner());
         let key = codec::deduper_key(&deduper.client_id, &deduper.name);
-        let need = Filter::full_memory_bytes(&deduper.geometry);
-        let budget = self.inner.config.max_memory_mib.saturating_mul(1 << 20);
+        let filters = crate::generations::physical_filters(deduper);
+        let need = filters.iter().map(|f| Filter::full_memory_bytes(&f.geometry)).sum();
         self.inner.with_write(|h| {
             if h.meta.contains_key(&key).map_err(unavailable)? {
                 return Err(StorageError::AlreadyExists);
             }
-            if reserved.saturating_add(need) > budget {
-                // Two decimals: whole MiB would round "needs 0.73, 0.54 left" to "needs 1, 1 left".
-                let mib = |b: u64| format!("{:.2}", b as f64 / f64::from(1 << 20));
-                return Err(StorageError::Capacity(format!(
-                    "deduper {:?} needs {} MiB of memory ({} bits x 1 byte, plus the page index), but only {} of the embedded store's {} MiB \
-                     are left (storage.embedded.max_memory_mib); size it smaller or raise the budget",
-                    deduper.name,
-                    mib(need),
-                    deduper.geometry.total_bits(),
-                    mib(budget.saturating_sub(*reserved)),
-                    self.inner.config.max_memory_mib
-                )));
-            }
+            self.inner.check_budget(*reserved, need, deduper)?;
             // A page file a crashed delete left behind is not this deduper's.
-            remove_page_file(&self.inner.config, deduper)?;
+            for f in &filters {
+                remove_page_file(&self.inner.config, f)?;
+            }
             Self::put_meta(h, deduper)
         })?;
-        self.inner
-            .entries
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key, Arc::new(Entry::new(&self.inner.config, deduper)));
+        let mut entries = self.inner.entries.write().unwrap_or_else(|p| p.into_inner());
+        for f in &filters {
+            let key = codec::deduper_key(&f.client_id, &f.name);
+            entries.insert(key, Arc::new(Entry::new(&self.inner.config, f)));
+        }
         *reserved += need;
         Ok(())
     }
 
     /// Read, change and write under the store's meta lock: updates of one
     /// process are serialised, and no other process opens the directory.
+    /// A change that records a generation allocates its filter (against
+    /// the memory budget: `Capacity`, nothing changed, when it does not
+    /// fit) before the config is stored; one that drops a generation frees
+    /// its filter, page file and budget after (a crash between leaves an
+    /// orphan page file, removed at the next start).
     fn update_deduper(
         &self,
         client_id: &str,
         name: &str,
         change: &Change<'_>,
     ) -> Result<Option<Deduper>, StorageError> {
-        let _g = self.inner.meta_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(mut d) = self.get_deduper(client_id, name)? else {
+        let mut reserved = self.inner.meta_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(old) = self.get_deduper(client_id, name)? else {
             return Ok(None);
         };
+        let mut d = old.clone();
         change(&mut d);
+        let (before, after) = (
+            crate::generations::physical_filters(&old),
+            crate::generations::physical_filters(&d),
+        );
+        let missing = |from: &[Deduper], of: &[Deduper]| -> Vec<Deduper> {
+            from.iter()
+                .filter(|f| !of.iter().any(|o| o.name == f.name))
+                .cloned()
+                .collect()
+        };
+        let (added, removed) = (missing(&after, &before), missing(&before, &after));
+        let size = |fs: &[Deduper]| -> u64 { fs.iter().map(|f| Filter::full_memory_bytes(&f.geometry)).sum() };
+        let need = size(&added);
+        if let Some(f) = added.first() {
+            self.inner.check_budget(*reserved, need, f)?;
+        }
+        for f in &added {
+            // A page file of an earlier namesake (a crashed delete) is not this one's.
+            remove_page_file(&self.inner.config, f)?;
+        }
         self.inner.with_write(|h| Self::put_meta(h, &d))?;
+        {
+            let mut entries = self.inner.entries.write().unwrap_or_else(|p| p.into_inner());
+            for f in &added {
+                let key = codec::deduper_key(&f.client_id, &f.name);
+                entries.insert(key, Arc::new(Entry::new(&self.inner.config, f)));
+            }
+            for f in &removed {
+                entries.remove(&codec::deduper_key(&f.client_id, &f.name));
+            }
+        }
+        *reserved += need;
+        if !removed.is_empty() {
+            // After any checkpoint still saving the dropped filters' pages.
+            let _checkpoint = self.inner.checkpoint_lock.lock().unwrap_or_else(|p| p.into_inner());
+            for f in &removed {
+                remove_page_file(&self.inner.config, f)?;
+            }
+            *reserved = reserved.saturating_sub(size(&removed));
+        }
         Ok(Some(d))
     }
 
@@ -757,7 +835,17 @@ impl Store for EmbeddedStore {
         let key = codec::deduper_key(&deduper.client_id, &deduper.name);
         self.inner.checkpoint()?;
         let entries = || self.inner.entries.write().unwrap_or_else(|p| p.into_inner());
-        let removed = entries().remove(&key);
+        let filters = crate::generations::physical_filters(&stored);
+        let removed: Vec<(Vec<u8>, Arc<Entry>)> = {
+            let mut entries = entries();
+            filters
+                .iter()
+                .filter_map(|f| {
+                    let key = codec::deduper_key(&f.client_id, &f.name);
+                    entries.remove(&key).map(|e| (key, e))
+                })
+                .collect()
+        };
         let result = self
             .inner
             .checkpoint()
@@ -780,14 +868,14 @@ impl Store for EmbeddedStore {
                 })
             });
         if let Err(e) = result {
-            if let Some(entry) = removed {
-                entries().insert(key, entry);
-            }
+            entries().extend(removed);
             return Err(e);
         }
         self.inner.records.forget_deduper(&key);
-        remove_page_file(&self.inner.config, &stored)?;
-        *reserved = reserved.saturating_sub(Filter::full_memory_bytes(&stored.geometry));
+        for f in &filters {
+            remove_page_file(&self.inner.config, f)?;
+            *reserved = reserved.saturating_sub(Filter::full_memory_bytes(&f.geometry));
+        }
         Ok(true)
     }
 

@@ -28,12 +28,20 @@ impl Inner {
         let mut dedupers = HashMap::new();
         let mut reserved = 0u64;
         for kv in h.meta.iter() {
-            let (key, value) = kv.into_inner().map_err(unavailable)?;
+            let (_, value) = kv.into_inner().map_err(unavailable)?;
             let d = decode_meta(&value)?;
-            reserved += Filter::full_memory_bytes(&d.geometry);
-            map.insert(key.to_vec(), Arc::new(Entry::new(&self.config, &d)));
-            dedupers.insert(key.to_vec(), d);
+            // One filter per generation (`generations.rs`): generation 0
+            // under the meta key itself, later ones under `<name>~g<N>`.
+            for f in crate::generations::physical_filters(&d) {
+                let key = codec::deduper_key(&f.client_id, &f.name);
+                reserved += Filter::full_memory_bytes(&f.geometry);
+                map.insert(key.clone(), Arc::new(Entry::new(&self.config, &f)));
+                dedupers.insert(key, f);
+            }
         }
+        // A generation's page file no config names (a crash after its
+        // retirement was recorded, before its file went) holds nothing live.
+        let orphans = remove_orphan_generation_files(&self.config, &map)?;
         let (mut pages, mut torn) = (0u64, 0u64);
         for (key, entry) in &map {
             let d = &dedupers[key];
@@ -117,6 +125,7 @@ impl Inner {
             pages,
             legacy_pages = legacy,
             journal_records = records,
+            orphan_generation_files = orphans,
             elapsed_ms = started.elapsed().as_millis() as u64,
             "embedded store recovered"
         );
@@ -253,6 +262,35 @@ impl Inner {
         }
         Ok(())
     }
+}
+
+/// Removes the page files of generations (`<name>~g<N>.bits`) that no
+/// filter of `map` owns; returns how many. Errors: `Unavailable`.
+fn remove_orphan_generation_files(
+    config: &EmbeddedConfig,
+    map: &HashMap<Vec<u8>, Arc<Entry>>,
+) -> Result<u64, StorageError> {
+    let owned: std::collections::HashSet<&std::path::Path> = map.values().map(|e| e.path.as_path()).collect();
+    let Ok(clients) = std::fs::read_dir(config.path.join("filters")) else {
+        return Ok(0);
+    };
+    let mut removed = 0;
+    for client in clients.flatten() {
+        let Ok(files) = std::fs::read_dir(client.path()) else {
+            continue;
+        };
+        for file in files.flatten() {
+            let path = file.path();
+            let name = file.file_name();
+            let generation = name.to_str().is_some_and(crate::generations::is_generation_name);
+            if generation && !owned.contains(path.as_path()) {
+                std::fs::remove_file(&path).map_err(|e| unavailable(format!("removing {}: {e}", path.display())))?;
+                tracing::info!(path = %path.display(), "removed the page file of a retired generation");
+                removed += 1;
+            }
+        }
+    }
+    Ok(removed)
 }
 
 /// Gives the calling thread the lowest CPU priority short of idle (nice

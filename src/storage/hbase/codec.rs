@@ -354,6 +354,7 @@ pub fn decode_deduper(client_id: &str, columns: &BTreeMap<Vec<u8>, TCell>) -> Re
         data_location,
         max_expiry_seconds,
         may_hold_legacy_markers,
+        generations: Vec::new(),
     }))
 }
 
@@ -380,6 +381,7 @@ mod tests {
             data_location: sized.then(|| "solus_deduper_dc1".to_string()),
             max_expiry_seconds: None,
             may_hold_legacy_markers: sized,
+            generations: Vec::new(),
         }
     }
 
@@ -428,6 +430,26 @@ mod tests {
         row.insert(b"C:legacy".to_vec(), TCell::new(vec![0, 0], 1_i64));
         let err = decode_deduper("client-a", &row).unwrap_err().to_string();
         assert!(err.contains("C:legacy") && err.contains("2 bytes"), "{err}");
+    }
+
+    /// What a resize on HBase can rely on (issue 22, not built yet): a
+    /// replica of this version refuses, naming the column, a config whose
+    /// `C:ver` is longer than its 17 bytes - so recording the generations
+    /// there (17 bytes, then the generations) makes every replica that does
+    /// not understand them refuse the deduper instead of reading only its
+    /// generation 0.
+    #[test]
+    fn a_longer_version_cell_is_refused_clearly() {
+        let d = sample(true);
+        let mut row = as_row(&deduper_mutations(&d));
+        let mut ver = encode_version(&d);
+        assert_eq!(ver.len(), 17);
+        ver.extend_from_slice(br#"{"generations":[]}"#);
+        row.insert(b"C:ver".to_vec(), TCell::new(ver, 1_i64));
+        let err = decode_deduper("client-a", &row).unwrap_err();
+        assert!(matches!(err, StorageError::Corrupt(_)), "{err:?}");
+        let text = err.to_string();
+        assert!(text.contains("C:ver") && text.contains("expected 17"), "{text}");
     }
 
     #[test]

@@ -1,0 +1,437 @@
+//! Online resize by generations (the rules are in [`crate::generations`]):
+//! starting a successor generation, the data path's view of several
+//! generations, and the background pass that retires older generations.
+
+use std::borrow::Cow;
+use std::sync::{Arc, Mutex};
+
+use super::{CONFIG_CACHE_TTL, DeduperStats, Engine, EngineError, absent_in};
+use crate::clock::now_ms;
+use crate::deduper::{self, Deduper, Sizing};
+use crate::generations::{self, ResizeError, Timing, View};
+use crate::storage::Store;
+
+/// Slack, in ms, for a request between its config lookup and its storage
+/// call, added to every transition's grace.
+pub const RESIZE_MARGIN_MS: i64 = 1000;
+
+/// The automatic resize policy (`resize.*` settings).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AutoResize {
+    pub enabled: bool,
+    /// Load (estimated live entities / n) above which a pass counts.
+    pub load_threshold: f64,
+    /// Consecutive passes above the threshold that start a resize.
+    pub passes: u32,
+    /// The successor is sized for this multiple of the estimated entities.
+    pub growth: f64,
+    /// Largest n a successor is sized for.
+    pub max_expected_insertions: u64,
+}
+
+impl Default for AutoResize {
+    fn default() -> Self {
+        AutoResize {
+            enabled: false,
+            load_threshold: 0.9,
+            passes: 3,
+            growth: 4.0,
+            max_expected_insertions: 1_000_000_000,
+        }
+    }
+}
+
+/// What the policy does after one statistics pass of a deduper.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Decision {
+    /// Off, not sized from n and p, in a transition, or at most the threshold.
+    Nothing,
+    /// Above the threshold for `passes` consecutive passes, not yet enough.
+    Counting { passes: u32 },
+    /// Start a successor sized for `n`.
+    Resize { n: u64 },
+    /// Enough passes, but growing would pass `max_expected_insertions`.
+    Ceiling { max: u64 },
+}
+
+/// The policy's decision for `d` with the figures `s` of this pass;
+/// `above` counts the consecutive passes above the threshold (kept per
+/// deduper by the caller; reset by a decision to resize and by a pass at
+/// or below it). The successor is sized for `ceil(estimated_entities *
+/// growth)` (at least n + 1), capped at `max_expected_insertions`.
+pub fn decide(policy: &AutoResize, d: &Deduper, s: &DeduperStats, above: &mut u32) -> Decision {
+    let (true, Some(n), Some(_)) = (policy.enabled, d.expected_insertions, d.false_positive_rate) else {
+        return Decision::Nothing;
+    };
+    if d.generations.len() > 1 || !s.load.is_some_and(|l| l > policy.load_threshold) {
+        *above = 0;
+        return Decision::Nothing;
+    }
+    *above += 1;
+    if *above < policy.passes {
+        return Decision::Counting { passes: *above };
+    }
+    *above = 0;
+    let grown = s.estimated_entities * policy.growth;
+    let target = if grown.is_finite() && grown < u64::MAX as f64 {
+        grown.ceil() as u64
+    } else {
+        u64::MAX
+    };
+    let target = target.max(n.saturating_add(1)).min(policy.max_expected_insertions);
+    if target <= n {
+        Decision::Ceiling {
+            max: policy.max_expected_insertions,
+        }
+    } else {
+        Decision::Resize { n: target }
+    }
+}
+
+/// The generation `d`'s writes go to at `now` and the other live ones
+/// (read only); `d` itself and none when it has no generations.
+pub(super) fn split(d: &Deduper, now: i64) -> (Cow<'_, Deduper>, Vec<Deduper>) {
+    if d.generations.is_empty() {
+        return (Cow::Borrowed(d), Vec::new());
+    }
+    let view = View::at(d, now);
+    let others = view.others().cloned().collect();
+    let mut readers = view.readers;
+    (Cow::Owned(readers.swap_remove(view.writer)), others)
+}
+
+/// Whether each entity is absent from every filter of `filters` (true for
+/// every entity when there is none). One storage read per filter.
+pub(super) fn absent_in_all<'a, E: AsRef<[u8]>>(
+    store: &dyn Store,
+    filters: impl Iterator<Item = &'a Deduper>,
+    entities: &[E],
+    now: i64,
+) -> Result<Vec<bool>, EngineError> {
+    let mut absent = vec![true; entities.len()];
+    for f in filters {
+        mask(&mut absent, &absent_in(store, f, entities, now)?);
+    }
+    Ok(absent)
+}
+
+/// `answer[i] &= absent[i]`: present in another generation is present.
+pub(super) fn mask(answer: &mut [bool], absent: &[bool]) {
+    for (a, &b) in answer.iter_mut().zip(absent) {
+        *a &= b;
+    }
+}
+
+impl Engine {
+    /// The timing of a transition on this store: the config cache TTL,
+    /// the replicas' clock bound (the store's `min_ttl_ms`, twice the
+    /// tolerated offset) and [`RESIZE_MARGIN_MS`].
+    pub fn resize_timing(&self) -> Timing {
+        Timing {
+            config_cache_ms: CONFIG_CACHE_TTL.as_millis() as i64,
+            clock_bound_ms: i64::try_from(self.store.min_ttl_ms()).unwrap_or(i64::MAX),
+            margin_ms: RESIZE_MARGIN_MS,
+        }
+    }
+
+    /// Resizes a deduper online: records a successor generation sized for
+    /// `expected_insertions` and `false_positive_rate` (each defaulting to
+    /// the current one), read at once and written from its
+    /// `writes_from_ms` on (see [`crate::generations`]). Larger or smaller
+    /// both work. The same n and p as now: no change. Returns the config as
+    /// stored. Errors: `Invalid` names or sizes (also when the deduper was
+    /// sized by explicit geometry and only one of n, p is given),
+    /// `NotFound`, `Misplaced`, `Resize` while an older generation is still
+    /// live (saying when it retires) or on a store that keeps no
+    /// generations, `Storage` (`Capacity`: the successor does not fit the
+    /// embedded memory budget; nothing changed).
+    pub async fn resize_deduper(
+        &self,
+        client_id: &str,
+        name: &str,
+        expected_insertions: Option<u64>,
+        false_positive_rate: Option<f64>,
+    ) -> Result<Deduper, EngineError> {
+        deduper::validate_name("client_id", client_id)?;
+        deduper::validate_name("name", name)?;
+        if !self.store.supports_generations() {
+            return Err(EngineError::Resize(format!(
+                "resizing a deduper is not supported on the {} store yet; create a larger deduper instead \
+                 (docs/operations.md)",
+                self.store.kind()
+            )));
+        }
+        let current = self.load_deduper(client_id, name).await?;
+        let key = (client_id.to_string(), name.to_string());
+        let current = self.check_location(&key, Arc::new(current))?;
+        let n = expected_insertions.or(current.expected_insertions);
+        let p = false_positive_rate.or(current.false_positive_rate);
+        let (Some(n), Some(p)) = (n, p) else {
+            return Err(EngineError::Invalid(format!(
+                "deduper {name:?} was sized by explicit geometry: give both expected_insertions and \
+                 false_positive_rate to resize it"
+            )));
+        };
+        if current.expected_insertions == Some(n) && current.false_positive_rate == Some(p) {
+            return Ok(Arc::unwrap_or_clone(current));
+        }
+        let geometry = deduper::resolve_geometry(&Sizing::Expected { n, p }, &self.limits.sizes)?;
+        let timing = self.resize_timing();
+        let store = self.store.clone();
+        let (c, nm) = key.clone();
+        let updated = Self::blocking(move || {
+            let refused: Mutex<Option<ResizeError>> = Mutex::new(None);
+            let change = |d: &mut Deduper| {
+                let now = now_ms();
+                // Each attempt of a compare-and-set decides afresh.
+                let outcome = generations::start_successor(d, geometry, Some(n), Some(p), now, timing);
+                if outcome.is_ok() {
+                    d.update_time_ms = now;
+                }
+                *refused.lock().unwrap_or_else(|e| e.into_inner()) = outcome.err();
+            };
+            let stored = store.update_deduper(&c, &nm, &change)?;
+            if let Some(e) = refused.into_inner().unwrap_or_else(|e| e.into_inner()) {
+                return Err(EngineError::Resize(e.to_string()));
+            }
+            stored.ok_or(EngineError::NotFound { client_id: c, name: nm })
+        })
+        .await;
+        self.forget(client_id, name);
+        let updated = updated?;
+        let newest = updated.generations.last();
+        tracing::info!(
+            client_id,
+            deduper = name,
+            expected_insertions = n,
+            false_positive_rate = p,
+            k = geometry.hash_functions,
+            shards = geometry.shards,
+            bits_per_shard = geometry.bits_per_shard,
+            generation = newest.map(|g| g.id),
+            writes_from_ms = newest.map(|g| g.writes_from_ms),
+            retire_at_ms = updated.generations.first().and_then(|g| g.retire_at_ms),
+            "deduper resize started: a successor generation is read now and written from writes_from_ms"
+        );
+        crate::metrics::resize_started();
+        self.stats.note(&updated);
+        Ok(updated)
+    }
+
+    /// Makes the retirement pass know every deduper the store records
+    /// generations of (called at start-up: a restart resumes retirements
+    /// without waiting for each deduper to be used). Failures are logged;
+    /// such a deduper is then resumed when it is next looked up.
+    pub async fn resume_resizes(&self) {
+        let store = self.store.clone();
+        match Self::blocking(move || Ok(store.resized_dedupers()?)).await {
+            Ok(list) => {
+                for d in &list {
+                    self.stats.note(d);
+                }
+                if !list.is_empty() {
+                    tracing::info!(
+                        dedupers = list.len(),
+                        "resumed the retirement of resized dedupers' generations"
+                    );
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "listing resized dedupers failed; each resumes when next looked up"),
+        }
+    }
+
+    /// Applies the automatic resize policy to `d` after a statistics pass
+    /// counted `s`: every decision is logged and counted
+    /// (`solus_auto_resize_decisions_total`).
+    pub(super) async fn consider_auto_resize(&self, d: &Deduper, s: &DeduperStats) {
+        let decision = {
+            let mut above = self.stats.above.lock().unwrap_or_else(|p| p.into_inner());
+            let count = above.entry((d.client_id.clone(), d.name.clone())).or_insert(0);
+            decide(&self.auto_resize, d, s, count)
+        };
+        let policy = &self.auto_resize;
+        match decision {
+            Decision::Nothing => {}
+            Decision::Counting { passes } => {
+                tracing::info!(client_id = %d.client_id, deduper = %d.name, load = s.load, passes, of = policy.passes,
+                    threshold = policy.load_threshold, "automatic resize: load above resize.load_threshold");
+            }
+            Decision::Ceiling { max } => {
+                tracing::warn!(client_id = %d.client_id, deduper = %d.name, load = s.load,
+                    expected_insertions = d.expected_insertions, max_expected_insertions = max,
+                    "automatic resize: not growing past resize.max_expected_insertions; raise it or resize by hand");
+                crate::metrics::auto_resize("ceiling");
+            }
+            Decision::Resize { n } => match self.resize_deduper(&d.client_id, &d.name, Some(n), None).await {
+                Ok(_) => {
+                    tracing::info!(client_id = %d.client_id, deduper = %d.name, load = s.load,
+                        estimated_entities = s.estimated_entities.round(), from = d.expected_insertions, to = n,
+                        "automatic resize started");
+                    crate::metrics::auto_resize("started");
+                }
+                Err(e) => {
+                    tracing::warn!(client_id = %d.client_id, deduper = %d.name, to = n, error = %e,
+                        "automatic resize failed; the policy tries again after resize.passes more passes");
+                    crate::metrics::auto_resize("failed");
+                }
+            },
+        }
+    }
+
+    /// One retirement pass: drops from its config, and frees the data of,
+    /// every generation past its `retire_at_ms` among the dedupers this
+    /// server has seen. Failures are logged and retried on the next pass.
+    pub async fn retire_generations(&self) {
+        let now = now_ms();
+        for d in self.stats.snapshot() {
+            let due = generations::due(&d, now);
+            if due.is_empty() {
+                continue;
+            }
+            let store = self.store.clone();
+            let (c, n) = (d.client_id.clone(), d.name.clone());
+            let retired = Self::blocking(move || {
+                let change = |d: &mut Deduper| {
+                    let now = now_ms();
+                    if generations::retire(d, now) {
+                        d.update_time_ms = now;
+                    }
+                };
+                Ok(store.update_deduper(&c, &n, &change)?)
+            })
+            .await;
+            match retired {
+                Ok(Some(updated)) => {
+                    self.forget(&d.client_id, &d.name);
+                    for g in due.iter().filter(|g| !updated.generations.iter().any(|u| u.id == g.id)) {
+                        tracing::info!(client_id = %d.client_id, deduper = %d.name, generation = g.id,
+                            retire_at_ms = g.retire_at_ms, "deduper generation retired: its data is freed");
+                        crate::metrics::generation_retired();
+                    }
+                    self.stats.note(&updated);
+                }
+                Ok(None) => self.stats.drop_deduper(&d.client_id, &d.name),
+                Err(e) => tracing::warn!(client_id = %d.client_id, deduper = %d.name, error = %e,
+                    "retiring a deduper generation failed; retrying on the next pass"),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::sizing::Geometry;
+    use crate::deduper::Level;
+
+    fn sized(n: u64) -> Deduper {
+        let g = Geometry {
+            hash_functions: 7,
+            shards: 1,
+            bits_per_shard: 10_000,
+        };
+        Deduper {
+            expected_insertions: Some(n),
+            false_positive_rate: Some(0.01),
+            ..Deduper::new("c", "d", g, 60, Level::Global, 0)
+        }
+    }
+
+    fn at_load(load: f64, n: u64) -> DeduperStats {
+        DeduperStats {
+            set_bits: 0,
+            sampled_bits: 0,
+            fill_ratio: 0.0,
+            estimated_entities: load * n as f64,
+            estimated_fpr: 0.0,
+            load: Some(load),
+            computed_at_ms: 0,
+            relative_error: 0.0,
+        }
+    }
+
+    const ON: AutoResize = AutoResize {
+        enabled: true,
+        load_threshold: 0.9,
+        passes: 3,
+        growth: 4.0,
+        max_expected_insertions: 1_000_000,
+    };
+
+    #[test]
+    fn the_policy_resizes_after_enough_consecutive_passes_above_the_threshold() {
+        let (d, mut above) = (sized(1000), 0);
+        assert_eq!(
+            decide(&ON, &d, &at_load(0.95, 1000), &mut above),
+            Decision::Counting { passes: 1 }
+        );
+        assert_eq!(
+            decide(&ON, &d, &at_load(0.95, 1000), &mut above),
+            Decision::Counting { passes: 2 }
+        );
+        // A pass at or below the threshold starts the count again.
+        assert_eq!(decide(&ON, &d, &at_load(0.9, 1000), &mut above), Decision::Nothing);
+        assert_eq!(above, 0);
+        for passes in 1..3 {
+            assert_eq!(
+                decide(&ON, &d, &at_load(1.25, 1000), &mut above),
+                Decision::Counting { passes }
+            );
+        }
+        // 4 x 1,250 estimated entities.
+        assert_eq!(
+            decide(&ON, &d, &at_load(1.25, 1000), &mut above),
+            Decision::Resize { n: 5000 }
+        );
+        assert_eq!(above, 0);
+    }
+
+    #[test]
+    fn the_policy_is_off_by_default_skips_transitions_and_stops_at_its_ceiling() {
+        let mut above = 0;
+        let hot = at_load(2.0, 1000);
+        assert_eq!(
+            decide(&AutoResize::default(), &sized(1000), &hot, &mut above),
+            Decision::Nothing
+        );
+        let explicit = Deduper {
+            expected_insertions: None,
+            false_positive_rate: None,
+            ..sized(1000)
+        };
+        assert_eq!(decide(&ON, &explicit, &hot, &mut above), Decision::Nothing);
+        let mut resizing = sized(1000);
+        let t = Timing {
+            config_cache_ms: 1,
+            clock_bound_ms: 0,
+            margin_ms: 0,
+        };
+        let g = resizing.geometry;
+        generations::start_successor(&mut resizing, g, Some(2000), Some(0.01), 0, t).unwrap();
+        for _ in 0..5 {
+            assert_eq!(decide(&ON, &resizing, &hot, &mut above), Decision::Nothing);
+        }
+        let capped = AutoResize {
+            passes: 1,
+            max_expected_insertions: 3000,
+            ..ON
+        };
+        assert_eq!(
+            decide(&capped, &sized(1000), &hot, &mut above),
+            Decision::Resize { n: 3000 }
+        );
+        assert_eq!(
+            decide(&capped, &sized(3000), &at_load(2.0, 3000), &mut above),
+            Decision::Ceiling { max: 3000 }
+        );
+        // An infinite estimate (every bit set) grows to the ceiling.
+        let full = DeduperStats {
+            estimated_entities: f64::INFINITY,
+            ..hot
+        };
+        assert_eq!(
+            decide(&capped, &sized(1000), &full, &mut above),
+            Decision::Resize { n: 3000 }
+        );
+    }
+}

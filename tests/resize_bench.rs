@@ -1,0 +1,207 @@
+//! The "Done when" run of issue 22 on the embedded store (ignored by
+//! default; `bench/resize.sh` runs it in release): three dedupers sized
+//! n = 100,000, p = 0.01, expiry 60 s, fed the same distinct real names
+//! (`../shared/data/pypi-names.txt`): `none` is never resized, `manual` is
+//! resized by hand when its load reaches 1.0, `auto` (on a second server
+//! with `resize.auto = true`) by the policy. Window 1 brings 100,000
+//! names (load 1), window 2 400,000 more (load 4 without a resize), window
+//! 3 none (the older generations retire). Every few seconds it prints, per
+//! deduper, the false-positive rate of never-added probes and the false
+//! negatives among names added within their TTL, as a table.
+//!
+//! Knobs (environment): RESIZE_BENCH_N (100000), RESIZE_BENCH_EXPIRY_S
+//! (60), RESIZE_BENCH_RESIZE_TO (500000), RESIZE_BENCH_PROBES (20000),
+//! RESIZE_BENCH_SAMPLE_S (5).
+
+mod common;
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use solus::api::pb;
+use tokio::sync::Mutex;
+
+fn knob(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// Names added, with when (ms since the Unix epoch, before the call).
+type Added = Arc<Mutex<VecDeque<(i64, usize)>>>;
+
+struct Run {
+    server: Arc<TestServer>,
+    name: &'static str,
+    added: Added,
+}
+
+async fn get(s: &TestServer, name: &str) -> pb::Deduper {
+    s.admin()
+        .get_deduper(pb::GetDeduperRequest {
+            client_id: "bench".into(),
+            name: name.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "minutes long: bench/resize.sh"]
+async fn resize_done_when_run() {
+    let Some(path) = shared_data("resize_done_when_run", "pypi-names.txt") else {
+        return;
+    };
+    let n = knob("RESIZE_BENCH_N", 100_000);
+    let expiry_s = knob("RESIZE_BENCH_EXPIRY_S", 60);
+    let resize_to = knob("RESIZE_BENCH_RESIZE_TO", 500_000);
+    let probes_n = knob("RESIZE_BENCH_PROBES", 20_000) as usize;
+    let sample_s = knob("RESIZE_BENCH_SAMPLE_S", 5);
+    let text = std::fs::read_to_string(path).unwrap();
+    let names: Arc<Vec<String>> = Arc::new(text.lines().map(str::to_string).collect());
+    let total = (5 * n) as usize;
+    assert!(names.len() >= total + probes_n, "{} names", names.len());
+    let probes: Vec<String> = names[names.len() - probes_n..].to_vec();
+
+    let mut plain = TestBackend::embedded();
+    plain.settings.stats.refresh_interval_ms = sample_s * 1000;
+    plain.settings.storage.embedded.max_memory_mib = 1024;
+    let mut auto = TestBackend::embedded();
+    auto.settings.stats.refresh_interval_ms = sample_s * 1000;
+    auto.settings.storage.embedded.max_memory_mib = 1024;
+    auto.settings.resize.auto = true;
+    let s1 = Arc::new(TestServer::start(&plain).await);
+    let s2 = Arc::new(TestServer::start(&auto).await);
+    let runs: Vec<Run> = [(&s1, "none"), (&s1, "manual"), (&s2, "auto")]
+        .into_iter()
+        .map(|(s, name)| Run {
+            server: s.clone(),
+            name,
+            added: Arc::default(),
+        })
+        .collect();
+    for r in &runs {
+        r.server
+            .admin()
+            .create_deduper(create_np("bench", r.name, n, 0.01, expiry_s))
+            .await
+            .unwrap();
+    }
+
+    // The schedule: window 1 names 0..n, window 2 n..5n, window 3 none.
+    let window = Duration::from_secs(expiry_s);
+    let start = Instant::now();
+    let due = move |elapsed: Duration| -> usize {
+        let w = elapsed.as_secs_f64() / window.as_secs_f64();
+        let k = if w < 1.0 {
+            w * n as f64
+        } else if w < 2.0 {
+            n as f64 + (w - 1.0) * 4.0 * n as f64
+        } else {
+            5.0 * n as f64
+        };
+        (k as usize).min(total)
+    };
+    let mut feeders = Vec::new();
+    for r in &runs {
+        let (server, name, added, names) = (r.server.clone(), r.name, r.added.clone(), names.clone());
+        feeders.push(tokio::spawn(async move {
+            let mut data = server.data();
+            let mut next = 0usize;
+            while next < total {
+                let until = due(start.elapsed());
+                if until <= next {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+                let end = until.min(next + 2000);
+                let sent = solus::clock::now_ms();
+                data.add_if_absent(pb::AddIfAbsentRequest {
+                    client_id: "bench".into(),
+                    deduper: name.into(),
+                    entities: ents(&names[next..end]),
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+                let mut a = added.lock().await;
+                a.extend((next..end).map(|i| (sent, i)));
+                next = end;
+            }
+        }));
+    }
+
+    println!(
+        "| t (s) | added | none: FPR | none: FN | manual: FPR | manual: FN | manual: gens | auto: FPR | auto: FN | auto: gens |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let mut resized = false;
+    let end = window * 3 + Duration::from_secs(10);
+    let mut worst = [0f64; 3];
+    let mut worst_after_retire = [0f64; 3];
+    let mut false_negatives = [0usize; 3];
+    while start.elapsed() < end {
+        tokio::time::sleep(Duration::from_secs(sample_s)).await;
+        let mut row = format!("| {:.0} | {} |", start.elapsed().as_secs_f64(), due(start.elapsed()));
+        for (i, r) in runs.iter().enumerate() {
+            let mut data = r.server.data();
+            let fp = absent_all(&mut data, "bench", r.name, &probes)
+                .await
+                .iter()
+                .filter(|a| !**a)
+                .count() as f64
+                / probes_n as f64;
+            // Names added within their TTL, with 2 s to spare.
+            let live_from = solus::clock::now_ms() - (expiry_s as i64 * 1000 - 2000);
+            let live: Vec<&String> = {
+                let mut a = r.added.lock().await;
+                while a.front().is_some_and(|(t, _)| *t < live_from) {
+                    a.pop_front();
+                }
+                a.iter().map(|(_, i)| &names[*i]).collect()
+            };
+            let step = (live.len() / 20_000).max(1);
+            let sample: Vec<&String> = live.iter().step_by(step).copied().collect();
+            let fnr = absent_all(&mut data, "bench", r.name, &sample)
+                .await
+                .iter()
+                .filter(|a| **a)
+                .count();
+            false_negatives[i] += fnr;
+            let d = get(&r.server, r.name).await;
+            worst[i] = worst[i].max(fp);
+            let gens = d.generations.len().max(1);
+            if gens == 1 && !d.generations.is_empty() {
+                worst_after_retire[i] = worst_after_retire[i].max(fp);
+            }
+            row += &format!(" {:.4} | {fnr} |", fp);
+            if r.name != "none" {
+                row += &format!(" {gens} |");
+            }
+            if r.name == "manual" && !resized && d.stats.as_ref().and_then(|s| s.load).is_some_and(|l| l >= 1.0) {
+                r.server
+                    .admin()
+                    .update_deduper(pb::UpdateDeduperRequest {
+                        client_id: "bench".into(),
+                        name: "manual".into(),
+                        expected_insertions: Some(resize_to),
+                        ..Default::default()
+                    })
+                    .await
+                    .unwrap();
+                resized = true;
+                row += " (manual resize)";
+            }
+        }
+        println!("{row}");
+    }
+    for f in feeders {
+        f.await.unwrap();
+    }
+    println!(
+        "worst FPR: none {:.4}, manual {:.4}, auto {:.4}; after retirement: manual {:.4}, auto {:.4}; false negatives: {:?}",
+        worst[0], worst[1], worst[2], worst_after_retire[1], worst_after_retire[2], false_negatives
+    );
+    assert_eq!(false_negatives, [0, 0, 0], "no false negative, ever");
+}
