@@ -10,7 +10,7 @@
 #   bench/resize.sh                          # defaults
 #   RESIZE_BENCH_EXPIRY_S=30 bench/resize.sh # shorter windows
 #
-# Knobs: RESIZE_BENCH_N, RESIZE_BENCH_EXPIRY_S, RESIZE_BENCH_RESIZE_TO,
+# Knobs: RESIZE_BENCH_NAMES (default ../shared/data/pypi-names.txt), RESIZE_BENCH_N, RESIZE_BENCH_EXPIRY_S, RESIZE_BENCH_RESIZE_TO,
 # RESIZE_BENCH_PROBES, RESIZE_BENCH_SAMPLE_S (see tests/resize_bench.rs).
 set -euo pipefail
 cd "$(dirname "$0")/.."

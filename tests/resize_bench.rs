@@ -9,7 +9,7 @@
 //! deduper, the false-positive rate of never-added probes and the false
 //! negatives among names added within their TTL, as a table.
 //!
-//! Knobs (environment): RESIZE_BENCH_N (100000), RESIZE_BENCH_EXPIRY_S
+//! Knobs (environment): RESIZE_BENCH_NAMES (the names file), RESIZE_BENCH_N (100000), RESIZE_BENCH_EXPIRY_S
 //! (60), RESIZE_BENCH_RESIZE_TO (500000), RESIZE_BENCH_PROBES (20000),
 //! RESIZE_BENCH_SAMPLE_S (5).
 
@@ -50,8 +50,14 @@ async fn get(s: &TestServer, name: &str) -> pb::Deduper {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "minutes long: bench/resize.sh"]
 async fn resize_done_when_run() {
-    let Some(path) = shared_data("resize_done_when_run", "pypi-names.txt") else {
-        return;
+    // RESIZE_BENCH_NAMES: another copy of the names (a worktree has no
+    // ../shared beside it).
+    let path = match std::env::var_os("RESIZE_BENCH_NAMES") {
+        Some(p) => std::path::PathBuf::from(p),
+        None => match shared_data("resize_done_when_run", "pypi-names.txt") {
+            Some(p) => p,
+            None => return,
+        },
     };
     let n = knob("RESIZE_BENCH_N", 100_000);
     let expiry_s = knob("RESIZE_BENCH_EXPIRY_S", 60);
@@ -144,6 +150,7 @@ async fn resize_done_when_run() {
     while start.elapsed() < end {
         tokio::time::sleep(Duration::from_secs(sample_s)).await;
         let mut row = format!("| {:.0} | {} |", start.elapsed().as_secs_f64(), due(start.elapsed()));
+        let mut note = "";
         for (i, r) in runs.iter().enumerate() {
             let mut data = r.server.data();
             let fp = absent_all(&mut data, "bench", r.name, &probes)
@@ -191,10 +198,10 @@ async fn resize_done_when_run() {
                     .await
                     .unwrap();
                 resized = true;
-                row += " (manual resize)";
+                note = " manual resize here";
             }
         }
-        println!("{row}");
+        println!("{row}{note}");
     }
     for f in feeders {
         f.await.unwrap();
