@@ -12,9 +12,8 @@ use std::time::Duration;
 use solus::api::pb;
 use solus::api::pb::deduper_admin_service_client::DeduperAdminServiceClient;
 use solus::api::pb::deduper_service_client::DeduperServiceClient;
-use tonic::transport::Channel;
 
-use common::{absent_all, create_np, ents};
+use common::{absent_all, connect_when_healthy as connect, create_np, ents};
 
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
@@ -34,24 +33,6 @@ fn spawn_server(port: u16, data: &std::path::Path, fsync: bool) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .expect("spawning solus serve")
-}
-
-async fn connect(port: u16) -> Channel {
-    for _ in 0..300 {
-        if let Ok(ch) = Channel::from_shared(format!("http://127.0.0.1:{port}"))
-            .unwrap()
-            .connect()
-            .await
-        {
-            let mut health = tonic_health::pb::health_client::HealthClient::new(ch.clone());
-            let req = tonic_health::pb::HealthCheckRequest { service: String::new() };
-            if health.check(req).await.is_ok() {
-                return ch;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("server on port {port} did not come up");
 }
 
 /// `n`: the deduper's expected insertions. A small deduper checkpoints its

@@ -379,3 +379,24 @@ pub async fn absent_all<S: AsRef<[u8]>>(
     }
     out
 }
+
+/// A channel to a `solus serve` child process on 127.0.0.1:`port` once its
+/// gRPC health service answers (polled every 50 ms, up to 15 s); panics
+/// when it does not come up (used by the kill -9 tests).
+pub async fn connect_when_healthy(port: u16) -> Channel {
+    for _ in 0..300 {
+        if let Ok(ch) = Channel::from_shared(format!("http://127.0.0.1:{port}"))
+            .unwrap()
+            .connect()
+            .await
+        {
+            let mut health = tonic_health::pb::health_client::HealthClient::new(ch.clone());
+            let req = tonic_health::pb::HealthCheckRequest { service: String::new() };
+            if health.check(req).await.is_ok() {
+                return ch;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("server on port {port} did not come up");
+}
