@@ -818,20 +818,24 @@ impl Engine {
             }
             // Read after the write: of two racing adds of one entity to two
             // generations (at the switch), the later read sees the other's bits.
-            let absent_in_others = || {
+            let narrow_by_others = |answer: &mut [bool]| {
+                if others.is_empty() {
+                    return Ok(());
+                }
                 // The write above before these reads, for the argument above.
                 std::sync::atomic::fence(Ordering::SeqCst);
-                resize::absent_in_all(&*store, others.iter(), &entities, now)
+                resize::narrow_to_absent_in_all(&*store, others.iter(), &entities, now, answer)
             };
             if key.is_none() && record_ids.is_empty() {
                 // Nothing to record between the read and the write.
                 let cells = store.read_then_write_bits(&w, &plan.addrs, expire)?;
                 check_len(&cells, &plan)?;
                 let mut answer = answer_of(&plan, entities.len(), &cells, now);
-                resize::mask(&mut answer, &absent_in_others()?);
+                narrow_by_others(&mut answer)?;
                 return Ok(answer);
             }
-            let before = absent_in_others()?;
+            let mut before = vec![true; entities.len()];
+            narrow_by_others(&mut before)?;
             let mut answer = None;
             let mut earlier = None;
             let mut replayed = vec![false; entities.len()];
@@ -886,7 +890,7 @@ impl Engine {
             // lost a race on as set, after the answer was recorded from its read.
             // A replay stays absent whatever the cells say.
             let mut final_answer = answer_of(&plan, entities.len(), &cells, now);
-            resize::mask(&mut final_answer, &absent_in_others()?);
+            narrow_by_others(&mut final_answer)?;
             for (a, &r) in final_answer.iter_mut().zip(&replayed) {
                 *a |= r;
             }

@@ -109,10 +109,24 @@ pub(super) fn absent_in_all<'a, E: AsRef<[u8]>>(
     now: i64,
 ) -> Result<Vec<bool>, EngineError> {
     let mut absent = vec![true; entities.len()];
-    for f in filters {
-        mask(&mut absent, &absent_in(store, f, entities, now)?);
-    }
+    narrow_to_absent_in_all(store, filters, entities, now, &mut absent)?;
     Ok(absent)
+}
+
+/// [`absent_in_all`] into `answer` (`answer[i] &= absent in every filter`);
+/// nothing to read, allocate or mask when `filters` is empty, the case of
+/// every deduper not being resized.
+pub(super) fn narrow_to_absent_in_all<'a, E: AsRef<[u8]>>(
+    store: &dyn Store,
+    filters: impl Iterator<Item = &'a Deduper>,
+    entities: &[E],
+    now: i64,
+    answer: &mut [bool],
+) -> Result<(), EngineError> {
+    for f in filters {
+        mask(answer, &absent_in(store, f, entities, now)?);
+    }
+    Ok(())
 }
 
 /// `answer[i] &= absent[i]`: present in another generation is present.
