@@ -43,6 +43,10 @@ pub struct ResizeConfig {
     /// Consecutive statistics passes above the threshold that start a
     /// resize. Default 3.
     pub passes: u32,
+    /// Also resize at once when the load, projected linearly from the last
+    /// two passes one pass interval plus the switch's grace ahead, reaches
+    /// 1.0 (from load 0.5 up). Default true.
+    pub projection: bool,
     /// The successor is sized for this multiple of the estimated live
     /// entities. Default 4.0.
     pub growth: f64,
@@ -58,6 +62,7 @@ impl Default for ResizeConfig {
             auto: false,
             load_threshold: 0.9,
             passes: 3,
+            projection: true,
             growth: 4.0,
             max_expected_insertions: 1_000_000_000,
         }
@@ -373,6 +378,7 @@ pub const KEYS: &[&str] = &[
     "resize.auto",
     "resize.load_threshold",
     "resize.passes",
+    "resize.projection",
     "resize.growth",
     "resize.max_expected_insertions",
 ];

@@ -456,6 +456,7 @@ pub async fn serve(
         enabled: r.auto,
         load_threshold: r.load_threshold,
         passes: r.passes,
+        projection: r.projection,
         growth: r.growth,
         max_expected_insertions: r.max_expected_insertions,
     };

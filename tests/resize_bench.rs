@@ -34,6 +34,9 @@ struct Run {
     server: Arc<TestServer>,
     name: &'static str,
     added: Added,
+    /// When each batch was sent and its size, never pruned: the exact live
+    /// count for the resize by hand.
+    sent: Arc<Mutex<Vec<(i64, usize)>>>,
 }
 
 async fn get(s: &TestServer, name: &str) -> pb::Deduper {
@@ -85,6 +88,7 @@ async fn resize_done_when_run() {
             server: s.clone(),
             name,
             added: Arc::default(),
+            sent: Arc::default(),
         })
         .collect();
     for r in &runs {
@@ -111,7 +115,8 @@ async fn resize_done_when_run() {
     };
     let mut feeders = Vec::new();
     for r in &runs {
-        let (server, name, added, names) = (r.server.clone(), r.name, r.added.clone(), names.clone());
+        let (server, name, added, sent_log, names) =
+            (r.server.clone(), r.name, r.added.clone(), r.sent.clone(), names.clone());
         feeders.push(tokio::spawn(async move {
             let mut data = server.data();
             let mut next = 0usize;
@@ -131,6 +136,7 @@ async fn resize_done_when_run() {
                 })
                 .await
                 .unwrap();
+                sent_log.lock().await.push((sent, end - next));
                 let mut a = added.lock().await;
                 a.extend((next..end).map(|i| (sent, i)));
                 next = end;
@@ -138,11 +144,49 @@ async fn resize_done_when_run() {
         }));
     }
 
+    // The resize by hand, the moment `manual` holds n live names (sent
+    // within the expiry): what an operator watching the exact load would do.
+    let resized_at = Arc::new(Mutex::new(None::<f64>));
+    let watcher = {
+        let (server, sent, resized_at) = (runs[1].server.clone(), runs[1].sent.clone(), resized_at.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                let live_from = solus::clock::now_ms() - expiry_s as i64 * 1000;
+                let live: usize = sent
+                    .lock()
+                    .await
+                    .iter()
+                    .filter(|(t, _)| *t >= live_from)
+                    .map(|(_, c)| c)
+                    .sum();
+                if live as u64 >= n {
+                    server
+                        .admin()
+                        .update_deduper(pb::UpdateDeduperRequest {
+                            client_id: "bench".into(),
+                            name: "manual".into(),
+                            expected_insertions: Some(resize_to),
+                            ..Default::default()
+                        })
+                        .await
+                        .unwrap();
+                    *resized_at.lock().await = Some(start.elapsed().as_secs_f64());
+                    println!(
+                        "manual resize at t = {:.1} s, {live} live names",
+                        start.elapsed().as_secs_f64()
+                    );
+                    return;
+                }
+            }
+        })
+    };
+
     println!(
         "| t (s) | added | none: FPR | none: FN | manual: FPR | manual: FN | manual: gens | auto: FPR | auto: FN | auto: gens |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
-    let mut resized = false;
+    let mut noted = false;
     let end = window * 3 + Duration::from_secs(10);
     let mut worst = [0f64; 3];
     let mut worst_after_retire = [0f64; 3];
@@ -151,6 +195,10 @@ async fn resize_done_when_run() {
         tokio::time::sleep(Duration::from_secs(sample_s)).await;
         let mut row = format!("| {:.0} | {} |", start.elapsed().as_secs_f64(), due(start.elapsed()));
         let mut note = "";
+        if !noted && resized_at.lock().await.is_some() {
+            noted = true;
+            note = " manual resize before this row";
+        }
         for (i, r) in runs.iter().enumerate() {
             let mut data = r.server.data();
             let fp = absent_all(&mut data, "bench", r.name, &probes)
@@ -186,26 +234,13 @@ async fn resize_done_when_run() {
             if r.name != "none" {
                 row += &format!(" {gens} |");
             }
-            if r.name == "manual" && !resized && d.stats.as_ref().and_then(|s| s.load).is_some_and(|l| l >= 1.0) {
-                r.server
-                    .admin()
-                    .update_deduper(pb::UpdateDeduperRequest {
-                        client_id: "bench".into(),
-                        name: "manual".into(),
-                        expected_insertions: Some(resize_to),
-                        ..Default::default()
-                    })
-                    .await
-                    .unwrap();
-                resized = true;
-                note = " manual resize here";
-            }
         }
         println!("{row}{note}");
     }
     for f in feeders {
         f.await.unwrap();
     }
+    watcher.await.unwrap();
     println!(
         "worst FPR: none {:.4}, manual {:.4}, auto {:.4}; after retirement: manual {:.4}, auto {:.4}; false negatives: {:?}",
         worst[0], worst[1], worst[2], worst_after_retire[1], worst_after_retire[2], false_negatives

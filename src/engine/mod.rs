@@ -3,7 +3,7 @@
 //! sorted address list, make one storage call, answer in request order.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -154,6 +154,9 @@ pub struct Engine {
     cache: Cache,
     /// Config lookups under way: later callers wait for the same read.
     inflight: Inflight,
+    /// Raised by every [`Engine::forget`]: a lookup that read the store
+    /// before a forget does not fill the cache after it (see `lookup`).
+    forgotten: Arc<AtomicU64>,
     /// Dedupers whose config records no data location, logged once each.
     unrecorded: Mutex<HashSet<CacheKey>>,
     /// Dedupers refused as `Misplaced` since start: (client_id, name).
@@ -341,6 +344,7 @@ impl Engine {
             limits,
             cache: Arc::new(RwLock::new(HashMap::new())),
             inflight: Arc::new(Mutex::new(HashMap::new())),
+            forgotten: Arc::new(AtomicU64::new(0)),
             unrecorded: Mutex::new(HashSet::new()),
             misplaced: Mutex::new(std::collections::BTreeSet::new()),
             stats: Arc::new(stats::StatsBook::default()),
@@ -462,6 +466,11 @@ impl Engine {
     }
 
     /// Joins the lookup of `key` under way, or starts one on its own task.
+    /// A lookup that began before an [`Engine::forget`] serves its own
+    /// callers but neither fills the cache nor takes later callers: once
+    /// `forget` returns, this process serves only configs read after it
+    /// (what lets a resize on a store no other process shares switch
+    /// writes after the margin alone, `resize_timing`).
     fn lookup(&self, key: &CacheKey) -> watch::Receiver<Option<Lookup>> {
         let mut inflight = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(rx) = inflight.get(key) {
@@ -469,13 +478,17 @@ impl Engine {
         }
         let (tx, rx) = watch::channel(None);
         inflight.insert(key.clone(), rx.clone());
-        let (store, cache, inflight, key) = (
+        // Read before the store is: a forget from here on wins.
+        let epoch = self.forgotten.load(Ordering::SeqCst);
+        let (store, cache, inflight, key, forgotten) = (
             self.store.clone(),
             self.cache.clone(),
             self.inflight.clone(),
             key.clone(),
+            self.forgotten.clone(),
         );
         let book = self.stats.clone();
+        let ours = rx.clone();
         tokio::spawn(async move {
             let (c, n) = key.clone();
             let read = tokio::task::spawn_blocking(move || store.get_deduper(&c, &n)).await;
@@ -489,13 +502,20 @@ impl Engine {
                 Err(e) => Lookup::Failed(format!("storage task failed: {e}"), false),
             };
             if let Lookup::Found(d) = &outcome {
-                book.note(d);
-                cache
-                    .write()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(key.clone(), (d.clone(), Instant::now()));
+                let mut cache = cache.write().unwrap_or_else(|p| p.into_inner());
+                // `forget` raises the epoch under this same lock.
+                if forgotten.load(Ordering::SeqCst) == epoch {
+                    book.note(d);
+                    cache.insert(key.clone(), (d.clone(), Instant::now()));
+                }
             }
-            inflight.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+            {
+                let mut inflight = inflight.lock().unwrap_or_else(|p| p.into_inner());
+                // A forget may have let a newer lookup of this key in meanwhile.
+                if inflight.get(&key).is_some_and(|rx| rx.same_channel(&ours)) {
+                    inflight.remove(&key);
+                }
+            }
             let _ = tx.send(Some(outcome));
         });
         rx
@@ -571,11 +591,18 @@ impl Engine {
         .await
     }
 
+    /// Drops this process's cached config of a deduper after a change to
+    /// it: every lookup from here on reads the store again.
     fn forget(&self, client_id: &str, name: &str) {
-        self.cache
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&(client_id.to_string(), name.to_string()));
+        let key = (client_id.to_string(), name.to_string());
+        {
+            let mut cache = self.cache.write().unwrap_or_else(|p| p.into_inner());
+            self.forgotten.fetch_add(1, Ordering::SeqCst);
+            cache.remove(&key);
+        }
+        // Later callers start a lookup of their own instead of joining one
+        // that may have read the config before the change.
+        self.inflight.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
     }
 
     /// Remembers `entities` for `ttl_ms` (0 = the deduper's expiry). Returns

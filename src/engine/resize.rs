@@ -23,6 +23,10 @@ pub struct AutoResize {
     pub load_threshold: f64,
     /// Consecutive passes above the threshold that start a resize.
     pub passes: u32,
+    /// Also resize as soon as the load, projected from the last two passes,
+    /// would reach 1.0 before a resize started at the next pass could take
+    /// the writes (see [`decide`]).
+    pub projection: bool,
     /// The successor is sized for this multiple of the estimated entities.
     pub growth: f64,
     /// Largest n a successor is sized for.
@@ -35,10 +39,25 @@ impl Default for AutoResize {
             enabled: false,
             load_threshold: 0.9,
             passes: 3,
+            projection: true,
             growth: 4.0,
             max_expected_insertions: 1_000_000_000,
         }
     }
+}
+
+/// Below this load the projection never starts a resize: a deduper filling
+/// its first expiry window rises fast from nothing, and a linear guess from
+/// two noisy small figures says little.
+pub const PROJECTION_FROM_LOAD: f64 = 0.5;
+
+/// What the policy remembers of one deduper between passes.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Trend {
+    /// Consecutive passes above the threshold.
+    pub above: u32,
+    /// The previous pass: when (ms since the Unix epoch) and its load.
+    pub last: Option<(i64, f64)>,
 }
 
 /// What the policy does after one statistics pass of a deduper.
@@ -48,30 +67,58 @@ pub enum Decision {
     Nothing,
     /// Above the threshold for `passes` consecutive passes, not yet enough.
     Counting { passes: u32 },
-    /// Start a successor sized for `n`.
-    Resize { n: u64 },
+    /// Start a successor sized for `n`; `projected` is the projected load
+    /// when the projection (not the count of passes) decided.
+    Resize { n: u64, projected: Option<f64> },
     /// Enough passes, but growing would pass `max_expected_insertions`.
     Ceiling { max: u64 },
 }
 
 /// The policy's decision for `d` with the figures `s` of this pass;
-/// `above` counts the consecutive passes above the threshold (kept per
-/// deduper by the caller; reset by a decision to resize and by a pass at
-/// or below it). The successor is sized for `ceil(estimated_entities *
-/// growth)` (at least n + 1), capped at `max_expected_insertions`.
-pub fn decide(policy: &AutoResize, d: &Deduper, s: &DeduperStats, above: &mut u32) -> Decision {
-    let (true, Some(n), Some(_)) = (policy.enabled, d.expected_insertions, d.false_positive_rate) else {
+/// `trend` is what it kept of this deduper's earlier passes (per deduper,
+/// by the caller), `grace_ms` the time a resize takes to move the writes
+/// ([`Timing::grace_ms`]).
+///
+/// A resize starts after `passes` consecutive passes above
+/// `load_threshold`, or (with `projection`, from load
+/// [`PROJECTION_FROM_LOAD`] up) at once when the load extrapolated linearly
+/// from the previous pass, `load + slope * (interval + grace_ms)` with
+/// `interval` the time between the two passes, reaches 1.0: waiting for the
+/// next pass would leave the older generation taking writes past the `n` it
+/// was sized for, where its false-positive rate passes p (and, as the union
+/// with the successor is read until it retires, the deduper's too). The
+/// successor is sized for `ceil(estimated_entities * growth)` (at least
+/// n + 1), capped at `max_expected_insertions`.
+pub fn decide(policy: &AutoResize, d: &Deduper, s: &DeduperStats, trend: &mut Trend, grace_ms: i64) -> Decision {
+    let (true, Some(n), Some(_), Some(load)) = (policy.enabled, d.expected_insertions, d.false_positive_rate, s.load)
+    else {
         return Decision::Nothing;
     };
-    if d.generations.len() > 1 || !s.load.is_some_and(|l| l > policy.load_threshold) {
-        *above = 0;
+    let last = trend.last.replace((s.computed_at_ms, load));
+    if d.generations.len() > 1 {
+        trend.above = 0;
         return Decision::Nothing;
     }
-    *above += 1;
-    if *above < policy.passes {
-        return Decision::Counting { passes: *above };
+    let projected = last
+        .filter(|&(at, _)| policy.projection && load >= PROJECTION_FROM_LOAD && s.computed_at_ms > at)
+        .map(|(at, before)| {
+            let interval = (s.computed_at_ms - at) as f64;
+            load + (load - before) / interval * (interval + grace_ms.max(0) as f64)
+        })
+        .filter(|&p| p >= 1.0);
+    if projected.is_none() {
+        // NaN counts as not above.
+        let above = load > policy.load_threshold;
+        if !above {
+            trend.above = 0;
+            return Decision::Nothing;
+        }
+        trend.above += 1;
+        if trend.above < policy.passes {
+            return Decision::Counting { passes: trend.above };
+        }
     }
-    *above = 0;
+    trend.above = 0;
     let grown = s.estimated_entities * policy.growth;
     let target = if grown.is_finite() && grown < u64::MAX as f64 {
         grown.ceil() as u64
@@ -84,7 +131,7 @@ pub fn decide(policy: &AutoResize, d: &Deduper, s: &DeduperStats, above: &mut u3
             max: policy.max_expected_insertions,
         }
     } else {
-        Decision::Resize { n: target }
+        Decision::Resize { n: target, projected }
     }
 }
 
@@ -137,12 +184,20 @@ pub(super) fn mask(answer: &mut [bool], absent: &[bool]) {
 }
 
 impl Engine {
-    /// The timing of a transition on this store: the config cache TTL,
-    /// the replicas' clock bound (the store's `min_ttl_ms`, twice the
-    /// tolerated offset) and [`RESIZE_MARGIN_MS`].
+    /// The timing of a transition on this store: the config cache TTL
+    /// (0 on a store no other process shares: the resize drops this
+    /// process's cached config, and no lookup that read it before fills the
+    /// cache again, `Engine::lookup`), the replicas' clock bound (the
+    /// store's `min_ttl_ms`, twice the tolerated offset) and
+    /// [`RESIZE_MARGIN_MS`].
     pub fn resize_timing(&self) -> Timing {
+        let cached = if self.store.shared_by_replicas() {
+            CONFIG_CACHE_TTL.as_millis() as i64
+        } else {
+            0
+        };
         Timing {
-            config_cache_ms: CONFIG_CACHE_TTL.as_millis() as i64,
+            config_cache_ms: cached,
             clock_bound_ms: i64::try_from(self.store.min_ttl_ms()).unwrap_or(i64::MAX),
             margin_ms: RESIZE_MARGIN_MS,
         }
@@ -258,10 +313,11 @@ impl Engine {
     /// counted `s`: every decision is logged and counted
     /// (`solus_auto_resize_decisions_total`).
     pub(super) async fn consider_auto_resize(&self, d: &Deduper, s: &DeduperStats) {
+        let grace_ms = self.resize_timing().grace_ms();
         let decision = {
-            let mut above = self.stats.above.lock().unwrap_or_else(|p| p.into_inner());
-            let count = above.entry((d.client_id.clone(), d.name.clone())).or_insert(0);
-            decide(&self.auto_resize, d, s, count)
+            let mut trends = self.stats.trends.lock().unwrap_or_else(|p| p.into_inner());
+            let trend = trends.entry((d.client_id.clone(), d.name.clone())).or_default();
+            decide(&self.auto_resize, d, s, trend, grace_ms)
         };
         let policy = &self.auto_resize;
         match decision {
@@ -276,19 +332,26 @@ impl Engine {
                     "automatic resize: not growing past resize.max_expected_insertions; raise it or resize by hand");
                 crate::metrics::auto_resize("ceiling");
             }
-            Decision::Resize { n } => match self.resize_deduper(&d.client_id, &d.name, Some(n), None).await {
-                Ok(_) => {
-                    tracing::info!(client_id = %d.client_id, deduper = %d.name, load = s.load,
-                        estimated_entities = s.estimated_entities.round(), from = d.expected_insertions, to = n,
+            Decision::Resize { n, projected } => {
+                match self.resize_deduper(&d.client_id, &d.name, Some(n), None).await {
+                    Ok(_) => {
+                        let why = if projected.is_some() {
+                            "projected load reaches 1.0"
+                        } else {
+                            "passes above the threshold"
+                        };
+                        tracing::info!(client_id = %d.client_id, deduper = %d.name, load = s.load, projected_load = projected,
+                        why, estimated_entities = s.estimated_entities.round(), from = d.expected_insertions, to = n,
                         "automatic resize started");
-                    crate::metrics::auto_resize("started");
-                }
-                Err(e) => {
-                    tracing::warn!(client_id = %d.client_id, deduper = %d.name, to = n, error = %e,
+                        crate::metrics::auto_resize("started");
+                    }
+                    Err(e) => {
+                        tracing::warn!(client_id = %d.client_id, deduper = %d.name, to = n, error = %e,
                         "automatic resize failed; the policy tries again after resize.passes more passes");
-                    crate::metrics::auto_resize("failed");
+                        crate::metrics::auto_resize("failed");
+                    }
                 }
-            },
+            }
         }
     }
 
@@ -368,44 +431,51 @@ mod tests {
         enabled: true,
         load_threshold: 0.9,
         passes: 3,
+        projection: false,
         growth: 4.0,
         max_expected_insertions: 1_000_000,
     };
 
     #[test]
     fn the_policy_resizes_after_enough_consecutive_passes_above_the_threshold() {
-        let (d, mut above) = (sized(1000), 0);
+        let (d, mut above) = (sized(1000), Trend::default());
         assert_eq!(
-            decide(&ON, &d, &at_load(0.95, 1000), &mut above),
+            decide(&ON, &d, &at_load(0.95, 1000), &mut above, 3000),
             Decision::Counting { passes: 1 }
         );
         assert_eq!(
-            decide(&ON, &d, &at_load(0.95, 1000), &mut above),
+            decide(&ON, &d, &at_load(0.95, 1000), &mut above, 3000),
             Decision::Counting { passes: 2 }
         );
         // A pass at or below the threshold starts the count again.
-        assert_eq!(decide(&ON, &d, &at_load(0.9, 1000), &mut above), Decision::Nothing);
-        assert_eq!(above, 0);
+        assert_eq!(
+            decide(&ON, &d, &at_load(0.9, 1000), &mut above, 3000),
+            Decision::Nothing
+        );
+        assert_eq!(above.above, 0);
         for passes in 1..3 {
             assert_eq!(
-                decide(&ON, &d, &at_load(1.25, 1000), &mut above),
+                decide(&ON, &d, &at_load(1.25, 1000), &mut above, 3000),
                 Decision::Counting { passes }
             );
         }
         // 4 x 1,250 estimated entities.
         assert_eq!(
-            decide(&ON, &d, &at_load(1.25, 1000), &mut above),
-            Decision::Resize { n: 5000 }
+            decide(&ON, &d, &at_load(1.25, 1000), &mut above, 3000),
+            Decision::Resize {
+                n: 5000,
+                projected: None
+            }
         );
-        assert_eq!(above, 0);
+        assert_eq!(above.above, 0);
     }
 
     #[test]
     fn the_policy_is_off_by_default_skips_transitions_and_stops_at_its_ceiling() {
-        let mut above = 0;
+        let mut above = Trend::default();
         let hot = at_load(2.0, 1000);
         assert_eq!(
-            decide(&AutoResize::default(), &sized(1000), &hot, &mut above),
+            decide(&AutoResize::default(), &sized(1000), &hot, &mut above, 3000),
             Decision::Nothing
         );
         let explicit = Deduper {
@@ -413,7 +483,7 @@ mod tests {
             false_positive_rate: None,
             ..sized(1000)
         };
-        assert_eq!(decide(&ON, &explicit, &hot, &mut above), Decision::Nothing);
+        assert_eq!(decide(&ON, &explicit, &hot, &mut above, 3000), Decision::Nothing);
         let mut resizing = sized(1000);
         let t = Timing {
             config_cache_ms: 1,
@@ -423,7 +493,7 @@ mod tests {
         let g = resizing.geometry;
         generations::start_successor(&mut resizing, g, Some(2000), Some(0.01), 0, t).unwrap();
         for _ in 0..5 {
-            assert_eq!(decide(&ON, &resizing, &hot, &mut above), Decision::Nothing);
+            assert_eq!(decide(&ON, &resizing, &hot, &mut above, 3000), Decision::Nothing);
         }
         let capped = AutoResize {
             passes: 1,
@@ -431,11 +501,14 @@ mod tests {
             ..ON
         };
         assert_eq!(
-            decide(&capped, &sized(1000), &hot, &mut above),
-            Decision::Resize { n: 3000 }
+            decide(&capped, &sized(1000), &hot, &mut above, 3000),
+            Decision::Resize {
+                n: 3000,
+                projected: None
+            }
         );
         assert_eq!(
-            decide(&capped, &sized(3000), &at_load(2.0, 3000), &mut above),
+            decide(&capped, &sized(3000), &at_load(2.0, 3000), &mut above, 3000),
             Decision::Ceiling { max: 3000 }
         );
         // An infinite estimate (every bit set) grows to the ceiling.
@@ -444,8 +517,94 @@ mod tests {
             ..hot
         };
         assert_eq!(
-            decide(&capped, &sized(1000), &full, &mut above),
-            Decision::Resize { n: 3000 }
+            decide(&capped, &sized(1000), &full, &mut above, 3000),
+            Decision::Resize {
+                n: 3000,
+                projected: None
+            }
         );
+    }
+
+    fn at(load: f64, n: u64, at_ms: i64) -> DeduperStats {
+        DeduperStats {
+            computed_at_ms: at_ms,
+            ..at_load(load, n)
+        }
+    }
+
+    /// The bench's rise (issue 22): 1,000 per 60 s, passes every 5 s, 1 s
+    /// grace. The count of passes would resize 3 passes after 0.9 (load
+    /// 1.1 by then, more once writes move); the projection resizes at the
+    /// first pass whose load would reach 1.0 before the next pass's resize
+    /// took the writes.
+    #[test]
+    fn the_projection_resizes_before_the_load_passes_one() {
+        let policy = AutoResize { projection: true, ..ON };
+        let (d, mut trend) = (sized(1000), Trend::default());
+        let rate = 1.0 / 60_000.0; // load per ms
+        let mut decided = None;
+        for pass in 1..40 {
+            let t = pass * 5000;
+            let load = t as f64 * rate;
+            match decide(&policy, &d, &at(load, 1000, t), &mut trend, 1000) {
+                Decision::Resize { n, projected } => {
+                    decided = Some((t, n, projected.unwrap()));
+                    break;
+                }
+                other => assert!(
+                    matches!(other, Decision::Nothing | Decision::Counting { .. }),
+                    "{other:?}"
+                ),
+            }
+        }
+        let (t, n, projected) = decided.expect("a resize");
+        // At 55 s (load 0.917): 0.917 + 6 s of rise = 1.017; at 50 s it was 0.933.
+        assert_eq!(t, 55_000);
+        assert!((projected - (55.0 + 6.0) / 60.0).abs() < 1e-9, "{projected}");
+        assert_eq!(n, 3667, "4 x 916.7 estimated entities");
+    }
+
+    /// The projection needs a rise to project: not from a flat load (a
+    /// deduper at a steady 0.95 waits for its passes), not below load 0.5
+    /// however steep, not on the first pass, and not when turned off.
+    #[test]
+    fn the_projection_waits_for_a_real_rise() {
+        let policy = AutoResize { projection: true, ..ON };
+        let d = sized(1000);
+        let mut flat = Trend::default();
+        assert_eq!(
+            decide(&policy, &d, &at(0.95, 1000, 5000), &mut flat, 1000),
+            Decision::Counting { passes: 1 }
+        );
+        assert_eq!(
+            decide(&policy, &d, &at(0.95, 1000, 10_000), &mut flat, 1000),
+            Decision::Counting { passes: 2 }
+        );
+        let mut young = Trend::default();
+        assert_eq!(
+            decide(&policy, &d, &at(0.1, 1000, 5000), &mut young, 1000),
+            Decision::Nothing
+        );
+        // 0.45 + 0.35 / 5 s * (5 s + 5 s grace) = 1.15, but below 0.5.
+        assert_eq!(
+            decide(&policy, &d, &at(0.45, 1000, 10_000), &mut young, 5000),
+            Decision::Nothing
+        );
+        let steep = |policy: &AutoResize| {
+            let mut trend = Trend::default();
+            let first = decide(policy, &d, &at(0.5, 1000, 5000), &mut trend, 1000);
+            (first, decide(policy, &d, &at(0.75, 1000, 10_000), &mut trend, 1000))
+        };
+        assert_eq!(
+            steep(&policy),
+            (
+                Decision::Nothing,
+                Decision::Resize {
+                    n: 3000,
+                    projected: Some(0.75 + (0.75 - 0.5) / 5000.0 * 6000.0)
+                }
+            )
+        );
+        assert_eq!(steep(&ON), (Decision::Nothing, Decision::Nothing));
     }
 }

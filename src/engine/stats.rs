@@ -116,8 +116,8 @@ pub(super) struct StatsBook {
     /// by generation id.
     generations: RwLock<HashMap<CacheKey, Vec<(u32, DeduperStats)>>>,
     warned: Mutex<HashSet<CacheKey>>,
-    /// Consecutive passes above the automatic resize threshold (`resize.rs`).
-    pub(super) above: Mutex<HashMap<CacheKey, u32>>,
+    /// What the automatic resize policy keeps per deduper (`resize.rs`).
+    pub(super) trends: Mutex<HashMap<CacheKey, super::resize::Trend>>,
 }
 
 fn key_of(d: &Deduper) -> CacheKey {
@@ -171,7 +171,7 @@ impl StatsBook {
         let had = self.figures.write().unwrap_or_else(|p| p.into_inner()).remove(&key);
         self.generations.write().unwrap_or_else(|p| p.into_inner()).remove(&key);
         self.warned.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
-        self.above.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+        self.trends.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
         metrics::deduper_gone(client_id, name, had.map(|f| f.load.is_some()));
         drop(known);
     }

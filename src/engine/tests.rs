@@ -127,14 +127,16 @@ impl Store for CountingStore {
     }
     fn get_deduper(&self, c: &str, n: &str) -> Result<Option<Deduper>, StorageError> {
         self.gets.fetch_add(1, Ordering::SeqCst);
-        std::thread::sleep(Duration::from_millis(self.get_delay_ms.load(Ordering::SeqCst) as u64));
-        self.calls.lock().unwrap().push("get_deduper");
-        Ok(self
+        // Read first, answer late: a change meanwhile is not in the answer.
+        let d = self
             .dedupers
             .lock()
             .unwrap()
             .get(&(c.to_string(), n.to_string()))
-            .cloned())
+            .cloned();
+        std::thread::sleep(Duration::from_millis(self.get_delay_ms.load(Ordering::SeqCst) as u64));
+        self.calls.lock().unwrap().push("get_deduper");
+        Ok(d)
     }
     fn list_dedupers(&self, _: &str, _: bool) -> Result<Vec<Deduper>, StorageError> {
         Ok(Vec::new())
@@ -536,6 +538,34 @@ async fn config_lookups_are_single_flight_and_outlive_their_callers() {
         start.elapsed() < Duration::from_secs(1),
         "served from the cache the abandoned read filled"
     );
+}
+
+/// A config change is served to every request that starts after it, even
+/// while a lookup that read the config before the change is still under
+/// way: that lookup neither fills the cache nor takes new callers. (Found
+/// while shortening the resize grace of the embedded store: before, a
+/// request right after the change joined the old lookup, and the old
+/// lookup cached the old config for the cache TTL.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lookup_that_read_before_a_change_does_not_serve_after_it() {
+    let (store, engine) = engine_with_deduper().await;
+    let engine = Arc::new(engine);
+    engine.forget("c", "d");
+    store.get_delay_ms.store(300, Ordering::SeqCst);
+    let early = {
+        let engine = engine.clone();
+        tokio::spawn(async move { engine.check_absence("c", "d", vec![b"x".to_vec()]).await })
+    };
+    // The early lookup has read the active config and is still answering.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    engine.update_deduper("c", "d", Some(false), None).await.unwrap();
+    store.get_delay_ms.store(0, Ordering::SeqCst);
+    let now = engine.check_absence("c", "d", vec![b"x".to_vec()]).await;
+    assert!(matches!(now, Err(EngineError::Inactive { .. })), "{now:?}");
+    // The early caller gets what it read; its lookup fills no cache.
+    assert!(early.await.unwrap().is_ok());
+    let after = engine.check_absence("c", "d", vec![b"x".to_vec()]).await;
+    assert!(matches!(after, Err(EngineError::Inactive { .. })), "{after:?}");
 }
 
 /// Storage work queued for a caller that has gone never reaches storage.

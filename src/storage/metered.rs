@@ -45,6 +45,10 @@ impl Store for MeteredStore {
         self.inner.supports_generations()
     }
 
+    fn shared_by_replicas(&self) -> bool {
+        self.inner.shared_by_replicas()
+    }
+
     fn resized_dedupers(&self) -> Result<Vec<Deduper>, StorageError> {
         self.inner.resized_dedupers()
     }

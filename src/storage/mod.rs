@@ -211,6 +211,14 @@ pub trait Store: Send + Sync + 'static {
         false
     }
 
+    /// Whether other processes may read and change this store's configs
+    /// (several replicas on one HBase): true by default. False for a store
+    /// one process holds alone (the embedded store locks its directory):
+    /// a resize there need not wait out other replicas' config caches.
+    fn shared_by_replicas(&self) -> bool {
+        true
+    }
+
     /// Every deduper config that records generations (a resize under way
     /// or done), of every client: what a restarted server resumes
     /// retiring. Empty by default (stores that keep no generations).

@@ -600,6 +600,11 @@ impl Store for EmbeddedStore {
         true
     }
 
+    /// One process holds the directory (its lock file).
+    fn shared_by_replicas(&self) -> bool {
+        false
+    }
+
     /// A scan of every config (the meta keyspace is small and in memory).
     fn resized_dedupers(&self) -> Result<Vec<Deduper>, StorageError> {
         let mut out = Vec::new();
