@@ -131,12 +131,21 @@ fn unavailable(e: impl std::fmt::Display) -> StorageError {
     StorageError::Unavailable(format!("embedded store: {e}"))
 }
 
-/// One deduper's in-memory bits, the lock that makes read-and-write atomic,
+/// Shard locks of one deduper's read-and-raise: shard `s` takes stripe
+/// `s % RMW_STRIPES`. An entity's bits all lie in its shard, so one stripe
+/// held over them makes its read-and-raise atomic, while requests working
+/// on other shards raise in parallel.
+const RMW_STRIPES: usize = 64;
+
+/// One deduper's in-memory bits, the locks that make read-and-write atomic,
 /// and its page file.
 struct Entry {
     /// Replaced as a whole (write lock) only to lengthen its ticks.
     filter: RwLock<Filter>,
-    rmw: Mutex<()>,
+    /// Read by a fused read-and-raise (which then locks its shards' stripes
+    /// one at a time), written by a read-all-then-write (atomic as a whole).
+    rmw: RwLock<()>,
+    stripes: Box<[Mutex<()>]>,
     path: PathBuf,
     /// Opened by the first checkpoint that saves a page.
     file: Mutex<Option<pagefile::PageFile>>,
@@ -146,7 +155,8 @@ impl Entry {
     fn new(config: &EmbeddedConfig, deduper: &Deduper) -> Entry {
         Entry {
             filter: RwLock::new(Filter::new(&deduper.geometry, tick_ms_for(deduper.expiry_seconds))),
-            rmw: Mutex::new(()),
+            rmw: RwLock::new(()),
+            stripes: (0..RMW_STRIPES).map(|_| Mutex::new(())).collect(),
             path: pagefile::path(&config.path, &deduper.client_id, &deduper.name),
             file: Mutex::new(None),
         }
@@ -385,7 +395,10 @@ impl EmbeddedStore {
             codec::expire_seconds(expire_ms),
             bits,
         );
-        let _atomic = (!matches!(read, Read::No)).then(|| entry.rmw.lock().unwrap_or_else(|p| p.into_inner()));
+        // Fused: shared, then a stripe per run of one shard (below); Before:
+        // exclusive over the whole read-then-write.
+        let _shared = matches!(read, Read::Fused).then(|| entry.rmw.read().unwrap_or_else(|p| p.into_inner()));
+        let _exclusive = matches!(read, Read::Before(_)).then(|| entry.rmw.write().unwrap_or_else(|p| p.into_inner()));
         let filter = entry.filter_for(deduper, expire_ms, now);
         let (tick, now_tick) = (filter.tick_of(expire_ms), filter.now_tick(now));
         let mut cells = Vec::new();
@@ -411,9 +424,16 @@ impl EmbeddedStore {
                 .journal()?
                 .append(&record)
                 .map_err(|e| unavailable(format!("appending to the journal: {e}")))?;
+            let mut stripe: Option<(u32, std::sync::MutexGuard<'_, ()>)> = None;
             for (i, a) in bits.iter().enumerate() {
                 if let Some(ahead) = bits.get(i + PREFETCH_AHEAD) {
                     filter.prefetch(ahead.shard, ahead.bit);
+                }
+                if fused && stripe.as_ref().is_none_or(|(s, _)| *s != a.shard) {
+                    // One stripe at a time, so no two requests wait on each other in a cycle.
+                    drop(stripe.take());
+                    let lock = &entry.stripes[a.shard as usize % RMW_STRIPES];
+                    stripe = Some((a.shard, lock.lock().unwrap_or_else(|p| p.into_inner())));
                 }
                 // `filter_for` made the expiry fit, against this same now.
                 let too_far = |_| StorageError::Corrupt(format!("expiry {expire_ms} ms does not fit the filter"));
