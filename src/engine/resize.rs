@@ -87,8 +87,11 @@ pub enum Decision {
 /// next pass would leave the older generation taking writes past the `n` it
 /// was sized for, where its false-positive rate passes p (and, as the union
 /// with the successor is read until it retires, the deduper's too). The
-/// successor is sized for `ceil(estimated_entities * growth)` (at least
-/// n + 1), capped at `max_expected_insertions`.
+/// successor is sized for `ceil((estimated_entities + rise) * growth)` (at
+/// least n + 1), capped at `max_expected_insertions`, where `rise` is, with
+/// the projection and a rising load, the entities that slope adds over
+/// `grace_ms` + one expiry window (what the successor must hold before a
+/// next resize could relieve it: one transition at a time), else 0.
 pub fn decide(policy: &AutoResize, d: &Deduper, s: &DeduperStats, trend: &mut Trend, grace_ms: i64) -> Decision {
     let (true, Some(n), Some(_), Some(load)) = (policy.enabled, d.expected_insertions, d.false_positive_rate, s.load)
     else {
@@ -99,13 +102,13 @@ pub fn decide(policy: &AutoResize, d: &Deduper, s: &DeduperStats, trend: &mut Tr
         trend.above = 0;
         return Decision::Nothing;
     }
-    let projected = last
+    // Load per ms since the previous pass, when the projection may use it.
+    let slope = last
         .filter(|&(at, _)| policy.projection && load >= PROJECTION_FROM_LOAD && s.computed_at_ms > at)
-        .map(|(at, before)| {
-            let interval = (s.computed_at_ms - at) as f64;
-            load + (load - before) / interval * (interval + grace_ms.max(0) as f64)
-        })
-        .filter(|&p| p >= 1.0);
+        .map(|(at, before)| (load - before) / (s.computed_at_ms - at) as f64);
+    let interval = last.map_or(0.0, |(at, _)| (s.computed_at_ms - at) as f64);
+    let grace = grace_ms.max(0) as f64;
+    let projected = slope.map(|r| load + r * (interval + grace)).filter(|&p| p >= 1.0);
     if projected.is_none() {
         // NaN counts as not above.
         let above = load > policy.load_threshold;
@@ -119,7 +122,12 @@ pub fn decide(policy: &AutoResize, d: &Deduper, s: &DeduperStats, trend: &mut Tr
         }
     }
     trend.above = 0;
-    let grown = s.estimated_entities * policy.growth;
+    // The successor serves alone from the older one's retirement until a
+    // next resize could take its writes: about one expiry window after its
+    // own start. Still rising, it is sized for the load projected that far.
+    let horizon = grace + d.expiry_seconds as f64 * 1000.0;
+    let rise = slope.filter(|r| *r > 0.0).map_or(0.0, |r| r * horizon * n as f64);
+    let grown = (s.estimated_entities + rise) * policy.growth;
     let target = if grown.is_finite() && grown < u64::MAX as f64 {
         grown.ceil() as u64
     } else {
@@ -561,7 +569,8 @@ mod tests {
         // At 55 s (load 0.917): 0.917 + 6 s of rise = 1.017; at 50 s it was 0.933.
         assert_eq!(t, 55_000);
         assert!((projected - (55.0 + 6.0) / 60.0).abs() < 1e-9, "{projected}");
-        assert_eq!(n, 3667, "4 x 916.7 estimated entities");
+        // 4 x (916.7 estimated + 1,016.7 more over 1 s grace + the 60 s expiry).
+        assert_eq!(n, 7734);
     }
 
     /// The projection needs a rise to project: not from a flat load (a
@@ -595,16 +604,14 @@ mod tests {
             let first = decide(policy, &d, &at(0.5, 1000, 5000), &mut trend, 1000);
             (first, decide(policy, &d, &at(0.75, 1000, 10_000), &mut trend, 1000))
         };
-        assert_eq!(
-            steep(&policy),
-            (
-                Decision::Nothing,
-                Decision::Resize {
-                    n: 3000,
-                    projected: Some(0.75 + (0.75 - 0.5) / 5000.0 * 6000.0)
-                }
-            )
-        );
+        let (first, second) = steep(&policy);
+        assert_eq!(first, Decision::Nothing);
+        let Decision::Resize { n, projected } = second else {
+            panic!("{second:?}")
+        };
+        assert_eq!(projected, Some(0.75 + (0.75 - 0.5) / 5000.0 * 6000.0));
+        // 4 x (750 + 3,050 over 61 s at 50 per s), up to float rounding.
+        assert!((15_200..=15_201).contains(&n), "{n}");
         assert_eq!(steep(&ON), (Decision::Nothing, Decision::Nothing));
     }
 }
