@@ -209,10 +209,6 @@ impl Store for ClockBoundStore {
         self.inner.bit_order()
     }
 
-    fn supports_generations(&self) -> bool {
-        self.inner.supports_generations()
-    }
-
     fn resized_dedupers(&self) -> Result<Vec<Deduper>, StorageError> {
         self.inner.resized_dedupers()
     }

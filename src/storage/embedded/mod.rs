@@ -594,12 +594,6 @@ impl Store for EmbeddedStore {
         "embedded"
     }
 
-    /// Each generation's filter is allocated and freed with the config
-    /// change that records or drops it (`update_deduper`).
-    fn supports_generations(&self) -> bool {
-        true
-    }
-
     /// A scan of every config (the meta keyspace is small and in memory).
     fn resized_dedupers(&self) -> Result<Vec<Deduper>, StorageError> {
         let mut out = Vec::new();
