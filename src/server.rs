@@ -460,12 +460,6 @@ pub async fn serve(
         growth: r.growth,
         max_expected_insertions: r.max_expected_insertions,
     };
-    if r.auto && !store.supports_generations() {
-        tracing::warn!(
-            backend = store.kind(),
-            "resize.auto is on, but this store keeps no generations yet: no deduper is resized"
-        );
-    }
     let engine = Arc::new(
         Engine::new(store.clone(), settings.limits.engine_limits())
             .with_stats_settings(stats_settings)

@@ -1,26 +1,95 @@
-//! Online resize by generations (issue 22), on the embedded store, through
-//! the real server: no false negative across a resize, writes moving to the
-//! successor at `writes_from_ms`, the older generation retired on time with
-//! its memory and page file gone, the false-positive rate of never-added
-//! probes, `request_id` and record-id retries across a resize, one
-//! transition at a time, and shrinking.
+//! Online resize by generations (issue 22), through the real server, on
+//! every backend: the embedded store, the HBase emulator and real HBase
+//! (`tests/common/real_hbase.rs`: skipped with one line where none can be
+//! had). No false negative across a resize, writes moving to the successor
+//! at `writes_from_ms`, the older generation retired on time with its data
+//! gone (embedded: memory and page file; HBase: every cell of its rows), the
+//! false-positive rate of never-added probes, `request_id` and record-id
+//! retries across a resize, one transition at a time, and shrinking. HBase
+//! only: the generations in `C:ver` and an older replica refusing them, an
+//! interrupted retirement, and delete markers.
 
 mod common;
 
 use std::time::Duration;
 
 use common::*;
+use hbase_thrift::hbase::THbaseSyncClient;
 use solus::api::pb;
 use tonic::Code;
 
 const C: &str = "client-r";
 
-fn backend() -> TestBackend {
-    let mut b = TestBackend::embedded();
+/// `b` with statistics every 100 ms (embedded: checkpoints too).
+fn tuned(mut b: TestBackend) -> TestBackend {
     b.settings.stats.refresh_interval_ms = 100;
     b.settings.storage.embedded.checkpoint_interval_ms = 100;
     b
 }
+
+fn is_hbase(b: &TestBackend) -> bool {
+    b.name != "embedded"
+}
+
+/// Whether the filter `filter` (a generation's, `shards` shards) holds
+/// data: embedded, its page file (saved by a checkpoint) exists; HBase, any
+/// of its shard rows has a cell, to an independent Thrift client.
+fn holds_data(b: &TestBackend, filter: &str, shards: u32) -> bool {
+    if !is_hbase(b) {
+        return b
+            .data_path()
+            .join("filters")
+            .join(C)
+            .join(format!("{filter}.bits"))
+            .exists();
+    }
+    let mut raw = b.raw_thrift();
+    let table = b.settings.storage.table.clone().into_bytes();
+    (0..shards).any(|shard| {
+        let row = solus::contract::layout::data_row_key(shard, C, filter);
+        raw.get_row(table.clone(), row, Default::default())
+            .unwrap()
+            .iter()
+            .any(|r| r.columns.as_ref().is_some_and(|c| !c.is_empty()))
+    })
+}
+
+/// One `#[tokio::test]` per resize case and backend, in modules `embedded`,
+/// `hbase` (the emulator) and `real_hbase` (`None`: passes without running).
+macro_rules! resize_cases {
+    ($module:ident, $backend:expr; $($name:ident),* $(,)?) => {
+        mod $module {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let Some(b) = $backend else { return };
+                    super::$name(super::tuned(b)).await;
+                }
+            )*
+        }
+    };
+    ($($module:ident => $backend:expr),* $(,)?) => {
+        $(
+            resize_cases!($module, $backend;
+                a_grown_deduper_loses_nothing_moves_its_writes_and_retires_the_old_generation_on_time,
+                a_second_resize_is_refused_while_the_older_generation_is_live,
+                a_shrink_gives_its_data_back_once_the_older_generation_retires,
+                never_added_probes_stay_within_twice_p_across_a_resize_and_climb_without_one,
+                request_id_and_record_id_retries_keep_working_across_a_resize,
+                a_restarted_server_retires_the_older_generation_on_time_unasked,
+                the_automatic_policy_resizes_a_deduper_whose_load_stays_high,
+                deleting_a_deduper_mid_resize_deletes_every_generation,
+                the_cli_resizes_and_prints_the_generations,
+            );
+        )*
+    };
+}
+
+resize_cases!(
+    embedded => Some(crate::common::TestBackend::embedded()),
+    hbase => Some(crate::common::TestBackend::hbase()),
+    real_hbase => crate::common::TestBackend::real_hbase(),
+);
 
 fn now_ms() -> i64 {
     solus::clock::now_ms()
@@ -88,16 +157,27 @@ async fn add_if_absent_all(s: &TestServer, name: &str, items: &[String]) -> Vec<
     out
 }
 
+/// The expiry, in s, of a deduper whose retired generation's data a test
+/// checks is gone: `short` on the embedded store; on HBase 10 s, because
+/// HBase itself drops a cell `expiry` after it expired (its cell TTL is
+/// counted from the cell timestamp, the expiry time), and the last write
+/// to an older generation comes about 3 s (the grace) before the switch
+/// and 6 s before `retire_at_ms - expiry`: with 10 s, a generation's last
+/// cells are still there for about 5 s after it retires, so "its rows are
+/// empty" shows the delete, not HBase's own expiry.
+fn data_checked_expiry(b: &TestBackend, short: u64) -> u64 {
+    if is_hbase(b) { 10 } else { short }
+}
+
 fn count(v: &[bool], value: bool) -> usize {
     v.iter().filter(|&&b| b == value).count()
 }
 
-#[tokio::test]
-async fn a_grown_deduper_loses_nothing_moves_its_writes_and_retires_the_old_generation_on_time() {
-    let b = backend();
+async fn a_grown_deduper_loses_nothing_moves_its_writes_and_retires_the_old_generation_on_time(b: TestBackend) {
+    let expiry = data_checked_expiry(&b, 3);
     let s = TestServer::start(&b).await;
     s.admin()
-        .create_deduper(create_np(C, "grow", 1000, 0.01, 3))
+        .create_deduper(create_np(C, "grow", 1000, 0.01, expiry))
         .await
         .unwrap();
     // Over capacity: 1,500 in a deduper sized for 1,000.
@@ -123,12 +203,14 @@ async fn a_grown_deduper_loses_nothing_moves_its_writes_and_retires_the_old_gene
         (g1.hash_functions, g1.shards, g1.bits_per_shard)
     );
     assert!((before..=after).contains(&g1.created_ms));
-    // Grace: the 1 s margin alone on the embedded store (no other process
-    // shares it, so no config cache to wait out, and no clock bound).
-    assert_eq!(g1.writes_from_ms, g1.created_ms + 1000);
+    // Grace: the 1 s margin, no clock bound here, and on HBase the 2 s
+    // config cache of other replicas (the embedded store has none to wait
+    // out: no other process shares it).
+    let grace: i64 = if is_hbase(&b) { 3000 } else { 1000 };
+    assert_eq!(g1.writes_from_ms, g1.created_ms + grace);
     // The last write may reach generation 0 one grace after that, and it
-    // holds 3 s of expiry.
-    assert_eq!(g0.retire_at_ms, Some(g1.writes_from_ms + 1000 + 3000));
+    // holds `expiry` s of expiry.
+    assert_eq!(g0.retire_at_ms, Some(g1.writes_from_ms + grace + expiry as i64 * 1000));
     assert_eq!(g1.retire_at_ms, None);
 
     // Every entity added before the resize is still present.
@@ -172,8 +254,7 @@ async fn a_grown_deduper_loses_nothing_moves_its_writes_and_retires_the_old_gene
     let retire_at = g0.retire_at_ms.unwrap();
     sleep_until(retire_at - 500).await;
     assert_eq!(get(&s, "grow").await.generations.len(), 2, "not before its time");
-    let dir = b.data_path().join("filters").join(C);
-    assert!(dir.join("grow.bits").exists(), "generation 0's pages were saved");
+    assert!(holds_data(&b, "grow", g0.shards), "generation 0's bits are there");
     sleep_until(retire_at + 1500).await;
     let d = get(&s, "grow").await;
     assert_eq!(d.generations.iter().map(|g| g.id).collect::<Vec<_>>(), [1]);
@@ -183,10 +264,11 @@ async fn a_grown_deduper_loses_nothing_moves_its_writes_and_retires_the_old_gene
     add_if_absent_all(&s, "grow", &last).await;
     assert_eq!(count(&absent_of(&s, "grow", &last).await, true), 0);
     s.stop().await;
-    // Its page file is gone, generation 1's is there, and a restart serves
-    // what generation 1 holds.
-    assert!(!dir.join("grow.bits").exists(), "generation 0's page file is deleted");
-    assert!(dir.join("grow~g1.bits").exists());
+    // Its data is gone (embedded: the page file; HBase: every cell of its
+    // rows), generation 1's is there, and a restart serves what generation
+    // 1 holds.
+    assert!(!holds_data(&b, "grow", g0.shards), "generation 0's data is deleted");
+    assert!(holds_data(&b, "grow~g1", g1.shards));
     let s = TestServer::start(&b).await;
     assert_eq!(get(&s, "grow").await.generations.len(), 1);
     assert_eq!(count(&absent_of(&s, "grow", &last).await, true), 0);
@@ -206,10 +288,7 @@ async fn a_grown_deduper_loses_nothing_moves_its_writes_and_retires_the_old_gene
     );
 }
 
-#[tokio::test]
-async fn a_second_resize_is_refused_while_the_older_generation_is_live() {
-    // The backend owns the data directory: kept to the end.
-    let b = backend();
+async fn a_second_resize_is_refused_while_the_older_generation_is_live(b: TestBackend) {
     let s = TestServer::start(&b).await;
     s.admin()
         .create_deduper(create_np(C, "twice", 1000, 0.01, 60))
@@ -237,40 +316,51 @@ async fn a_second_resize_is_refused_while_the_older_generation_is_live() {
     assert!(resize(&s, "explicit", Some(100), Some(0.01)).await.is_ok());
 }
 
-#[tokio::test]
-async fn a_shrink_gives_its_memory_back_once_the_older_generation_retires() {
-    let mut b = backend();
+async fn a_shrink_gives_its_data_back_once_the_older_generation_retires(mut b: TestBackend) {
     b.settings.storage.embedded.max_memory_mib = 1;
+    let expiry = data_checked_expiry(&b, 2);
     let s = TestServer::start(&b).await;
     s.admin()
-        .create_deduper(create_np(C, "big", 60_000, 0.01, 2))
+        .create_deduper(create_np(C, "big", 60_000, 0.01, expiry))
         .await
         .unwrap();
     let items = keys("s", 3000);
     add_if_absent_all(&s, "big", &items).await;
     let d = resize(&s, "big", Some(20_000), None).await.expect("shrink");
+    let (g0, g1) = (&d.generations[0], &d.generations[1]);
     let bits = |g: &pb::Generation| u64::from(g.shards) * u64::from(g.bits_per_shard);
-    assert!(
-        bits(&d.generations[1]) * 2 < bits(&d.generations[0]),
-        "{:?}",
-        d.generations
-    );
+    assert!(bits(g1) * 2 < bits(g0), "{:?}", d.generations);
     assert_eq!(count(&absent_of(&s, "big", &items).await, true), 0);
-    // Both generations hold memory: another deduper of the old size does not fit.
-    let other = s.admin().create_deduper(create_np(C, "other", 60_000, 0.01, 2)).await;
-    assert_eq!(other.unwrap_err().code(), Code::ResourceExhausted);
-    sleep_until(d.generations[0].retire_at_ms.unwrap() + 1500).await;
+    if !is_hbase(&b) {
+        // Both generations hold memory: another deduper of the old size does not fit.
+        let other = s.admin().create_deduper(create_np(C, "other", 60_000, 0.01, 2)).await;
+        assert_eq!(other.unwrap_err().code(), Code::ResourceExhausted);
+    }
+    // The last writes to generation 0, just before the switch.
+    sleep_until(g1.writes_from_ms - 500).await;
+    add_if_absent_all(&s, "big", &keys("last-old", 200)).await;
+    sleep_until(g0.retire_at_ms.unwrap() - 300).await;
+    assert!(holds_data(&b, "big", g0.shards) || !is_hbase(&b));
+    sleep_until(g0.retire_at_ms.unwrap() + 1500).await;
     assert_eq!(get(&s, "big").await.generations.len(), 1);
-    s.admin()
-        .create_deduper(create_np(C, "other", 60_000, 0.01, 2))
-        .await
-        .expect("fits once the older generation is freed");
+    if is_hbase(&b) {
+        assert!(!holds_data(&b, "big", g0.shards), "generation 0's rows are empty");
+    } else {
+        s.admin()
+            .create_deduper(create_np(C, "other", 60_000, 0.01, 2))
+            .await
+            .expect("fits once the older generation is freed");
+    }
+    // The smaller generation serves alone.
+    let fresh = keys("fresh", 1000);
+    add_if_absent_all(&s, "big", &fresh).await;
+    assert_eq!(count(&absent_of(&s, "big", &fresh).await, true), 0);
+    if is_hbase(&b) {
+        assert!(holds_data(&b, "big~g1", g1.shards));
+    }
 }
 
-#[tokio::test]
-async fn never_added_probes_stay_within_twice_p_across_a_resize_and_climb_without_one() {
-    // The backend owns the data directory: kept to the end.
-    let b = backend();
+async fn never_added_probes_stay_within_twice_p_across_a_resize_and_climb_without_one(b: TestBackend) {
     let s = TestServer::start(&b).await;
     for name in ["resized", "fixed"] {
         s.admin()
@@ -299,10 +389,7 @@ async fn never_added_probes_stay_within_twice_p_across_a_resize_and_climb_withou
     }
 }
 
-#[tokio::test]
-async fn request_id_and_record_id_retries_keep_working_across_a_resize() {
-    // The backend owns the data directory: kept to the end.
-    let b = backend();
+async fn request_id_and_record_id_retries_keep_working_across_a_resize(b: TestBackend) {
     let s = TestServer::start(&b).await;
     s.admin()
         .create_deduper(create_np(C, "retry", 1000, 0.01, 60))
@@ -357,51 +444,34 @@ async fn request_id_and_record_id_retries_keep_working_across_a_resize() {
     );
 }
 
-#[tokio::test]
-async fn a_store_that_keeps_no_generations_refuses_a_resize_and_changes_nothing() {
-    // HBase (here its emulator) does not record generations yet.
-    let b = TestBackend::hbase();
+async fn a_restarted_server_retires_the_older_generation_on_time_unasked(b: TestBackend) {
+    let expiry = data_checked_expiry(&b, 2);
     let s = TestServer::start(&b).await;
     s.admin()
-        .create_deduper(create_np(C, "h", 1000, 0.01, 60))
-        .await
-        .unwrap();
-    let e = resize(&s, "h", Some(10_000), None).await.unwrap_err();
-    assert_eq!(e.code(), Code::FailedPrecondition);
-    assert!(
-        e.message().contains("not supported on the hbase store"),
-        "{}",
-        e.message()
-    );
-    let d = get(&s, "h").await;
-    assert_eq!((d.expected_insertions, d.generations.len()), (Some(1000), 0));
-}
-
-#[tokio::test]
-async fn a_restarted_server_retires_the_older_generation_on_time_unasked() {
-    let b = backend();
-    let s = TestServer::start(&b).await;
-    s.admin()
-        .create_deduper(create_np(C, "resume", 1000, 0.01, 2))
+        .create_deduper(create_np(C, "resume", 1000, 0.01, expiry))
         .await
         .unwrap();
     add_if_absent_all(&s, "resume", &keys("k", 500)).await;
     let d = resize(&s, "resume", Some(5000), None).await.unwrap();
+    // The last writes to generation 0, just before the switch.
+    sleep_until(d.generations[1].writes_from_ms - 500).await;
+    add_if_absent_all(&s, "resume", &keys("late", 200)).await;
     s.stop().await;
-    let file = b.data_path().join("filters").join(C).join("resume.bits");
-    assert!(file.exists(), "generation 0's pages are saved at shutdown");
+    let shards = d.generations[0].shards;
+    assert!(
+        holds_data(&b, "resume", shards),
+        "generation 0's bits are kept at shutdown"
+    );
     // No call names the deduper after the restart.
     let s = TestServer::start(&b).await;
     sleep_until(d.generations[0].retire_at_ms.unwrap() + 1500).await;
     s.stop().await;
-    assert!(!file.exists(), "retired by the restarted server");
+    assert!(!holds_data(&b, "resume", shards), "retired by the restarted server");
     let s = TestServer::start(&b).await;
     assert_eq!(get(&s, "resume").await.generations.len(), 1);
 }
 
-#[tokio::test]
-async fn the_automatic_policy_resizes_a_deduper_whose_load_stays_high() {
-    let mut b = backend();
+async fn the_automatic_policy_resizes_a_deduper_whose_load_stays_high(mut b: TestBackend) {
     b.settings.resize.auto = true;
     b.settings.resize.passes = 2;
     let s = TestServer::start(&b).await;
@@ -464,9 +534,7 @@ fn explain_shows_where_a_later_generations_bits_are() {
     );
 }
 
-#[tokio::test]
-async fn deleting_a_deduper_mid_resize_deletes_every_generation() {
-    let mut b = backend();
+async fn deleting_a_deduper_mid_resize_deletes_every_generation(mut b: TestBackend) {
     b.settings.storage.embedded.max_memory_mib = 1;
     let s = TestServer::start(&b).await;
     s.admin()
@@ -485,8 +553,32 @@ async fn deleting_a_deduper_mid_resize_deletes_every_generation() {
         })
         .await
         .unwrap();
-    let dir = b.data_path().join("filters").join(C);
-    assert!(!dir.join("del.bits").exists() && !dir.join("del~g1.bits").exists());
+    let (g0, g1) = (&d.generations[0], &d.generations[1]);
+    assert!(!holds_data(&b, "del", g0.shards) && !holds_data(&b, "del~g1", g1.shards));
+    if is_hbase(&b) {
+        // The namesake waits for the tombstone: past every delete marker of
+        // either generation, whose "until" it names.
+        let e = s
+            .admin()
+            .create_deduper(create_np(C, "del", 40_000, 0.01, 60))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
+        let until: i64 = e
+            .message()
+            .split("until ")
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let slack = solus::storage::hbase::DELETE_SLACK_MS;
+        assert!(until >= g0.retire_at_ms.unwrap() + 2 * slack, "{}", e.message());
+        assert!(until >= now_ms() + 60_000 + 2 * slack - 5_000, "{}", e.message());
+        return;
+    }
     // Both generations' memory is free: two of that size fit again, and a
     // namesake starts empty, without generations.
     s.admin()
@@ -518,9 +610,7 @@ fn cli(s: &TestServer, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_cli_resizes_and_prints_the_generations() {
-    let b = backend();
+async fn the_cli_resizes_and_prints_the_generations(b: TestBackend) {
     let s = TestServer::start(&b).await;
     s.admin()
         .create_deduper(create_np(C, "cli", 1000, 0.01, 60))
@@ -557,4 +647,186 @@ async fn the_cli_resizes_and_prints_the_generations() {
         gens.iter().all(|g| g["stats"]["sampled_bits"].as_u64().is_some()),
         "{stats}"
     );
+}
+
+resize_cases!(hbase_only, Some(crate::common::TestBackend::hbase());
+    the_generations_are_in_c_ver_and_a_replica_before_them_refuses_the_deduper,
+    a_retirement_waits_while_the_deduper_is_inactive,
+    a_retirement_interrupted_after_deleting_the_rows_completes_on_the_next_pass,
+);
+resize_cases!(real_hbase_only, crate::common::TestBackend::real_hbase();
+    the_generations_are_in_c_ver_and_a_replica_before_them_refuses_the_deduper,
+    a_retirement_waits_while_the_deduper_is_inactive,
+);
+
+/// The `C:ver` cell of `name`'s meta row, to an independent Thrift client.
+fn raw_version_cell(b: &TestBackend, name: &str) -> Vec<u8> {
+    let row = solus::contract::layout::meta_row_key(C, name);
+    let table = solus::contract::layout::meta_table(C).into_bytes();
+    let rows = b.raw_thrift().get_row(table, row, Default::default()).unwrap();
+    rows[0].columns.as_ref().unwrap()[&b"C:ver".to_vec()]
+        .value
+        .clone()
+        .unwrap()
+}
+
+/// How every Solus before generations decodes `C:ver` (commit 13b65fc,
+/// `codec::decode_version` and its caller's error, verbatim): exactly 17
+/// bytes, else the config is refused naming the column.
+fn decode_version_before_generations(v: &[u8]) -> Result<(i64, bool, u64), String> {
+    if v.len() != 17 {
+        return Err(format!(
+            "deduper config of {C:?}: column C:ver holds {} bytes, expected 17",
+            v.len()
+        ));
+    }
+    let utime = i64::from_be_bytes(v[0..8].try_into().unwrap());
+    let expiry = i64::from_be_bytes(v[9..17].try_into().unwrap());
+    Ok((utime, v[8] != 0, expiry as u64))
+}
+
+/// Mixed-version replicas on HBase: the generations go into `C:ver` after
+/// its 17 bytes, which a replica from before generations refuses, naming
+/// the column, instead of reading only generation 0; a deduper never
+/// resized keeps the 17-byte cell it always had.
+async fn the_generations_are_in_c_ver_and_a_replica_before_them_refuses_the_deduper(b: TestBackend) {
+    let s = TestServer::start(&b).await;
+    for name in ["plain", "resized"] {
+        s.admin()
+            .create_deduper(create_np(C, name, 1000, 0.01, 60))
+            .await
+            .unwrap();
+    }
+    s.admin()
+        .update_deduper(pb::UpdateDeduperRequest {
+            client_id: C.into(),
+            name: "plain".into(),
+            expiry_seconds: Some(120),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let plain = raw_version_cell(&b, "plain");
+    assert_eq!(plain.len(), 17, "never resized: the cell as before generations");
+    assert_eq!(decode_version_before_generations(&plain).unwrap().2, 120);
+    let d = resize(&s, "resized", Some(10_000), None).await.unwrap();
+    let ver = raw_version_cell(&b, "resized");
+    assert!(ver.len() > 18, "{} bytes", ver.len());
+    assert_eq!(ver[17], solus::storage::hbase::GENERATIONS_V1);
+    let gens: serde_json::Value = serde_json::from_slice(&ver[18..]).unwrap();
+    let ids: Vec<u64> = gens
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids, [0, 1]);
+    assert_eq!(
+        gens[1]["writes_from_ms"].as_i64(),
+        Some(d.generations[1].writes_from_ms)
+    );
+    assert_eq!(
+        gens[1]["geometry"]["bits_per_shard"].as_u64(),
+        Some(u64::from(d.generations[1].bits_per_shard))
+    );
+    let refused = decode_version_before_generations(&ver).unwrap_err();
+    assert!(refused.contains("C:ver"), "{refused}");
+    // This version reads it back whole, from a fresh server (no cache).
+    s.stop().await;
+    let s = TestServer::start(&b).await;
+    let back = get(&s, "resized").await;
+    assert_eq!(back.generations, d.generations);
+    assert_eq!(back.bits_per_shard, d.generations[1].bits_per_shard);
+}
+
+async fn set_active(s: &TestServer, name: &str, active: bool) {
+    s.admin()
+        .update_deduper(pb::UpdateDeduperRequest {
+            client_id: C.into(),
+            name: name.into(),
+            active: Some(active),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+}
+
+/// An inactive deduper's older generation is not retired on HBase (what
+/// keeps a retirement's delete markers below the tombstone of a delete
+/// that follows the deactivation, `lifecycle.rs`); it is retired once the
+/// deduper is active again. Nothing in it is read after `retire_at_ms`.
+async fn a_retirement_waits_while_the_deduper_is_inactive(b: TestBackend) {
+    let s = TestServer::start(&b).await;
+    s.admin()
+        .create_deduper(create_np(C, "idle", 1000, 0.01, data_checked_expiry(&b, 2)))
+        .await
+        .unwrap();
+    let d = resize(&s, "idle", Some(5000), None).await.unwrap();
+    // The last writes to generation 0, just before the switch.
+    sleep_until(d.generations[1].writes_from_ms - 500).await;
+    add_if_absent_all(&s, "idle", &keys("k", 300)).await;
+    set_active(&s, "idle", false).await;
+    let retire_at = d.generations[0].retire_at_ms.unwrap();
+    sleep_until(retire_at + 1500).await;
+    assert_eq!(get(&s, "idle").await.generations.len(), 2, "not retired while inactive");
+    assert!(holds_data(&b, "idle", d.generations[0].shards));
+    set_active(&s, "idle", true).await;
+    let mut gens = 2;
+    for _ in 0..100 {
+        gens = get(&s, "idle").await.generations.len();
+        if gens == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(gens, 1, "retired once active");
+    assert!(!holds_data(&b, "idle", d.generations[0].shards));
+}
+
+/// A retirement deletes the generation's rows first, then stores the
+/// config without it: interrupted in between (here every compare-and-set
+/// fails), the generation stays in the config with its rows empty, reads
+/// stay correct (it is past `retire_at_ms`, so no longer read), and the
+/// next pass after HBase answers again deletes the rows again and drops it.
+async fn a_retirement_interrupted_after_deleting_the_rows_completes_on_the_next_pass(b: TestBackend) {
+    let s = TestServer::start(&b).await;
+    s.admin()
+        .create_deduper(create_np(C, "cut", 1000, 0.01, data_checked_expiry(&b, 2)))
+        .await
+        .unwrap();
+    let d = resize(&s, "cut", Some(5000), None).await.unwrap();
+    let (g0, g1) = (&d.generations[0], &d.generations[1]);
+    sleep_until(g1.writes_from_ms - 500).await;
+    let old = keys("old", 300);
+    add(&s, C, "cut", &old.iter().map(String::as_str).collect::<Vec<_>>(), 0).await;
+    sleep_until(g1.writes_from_ms + 50).await;
+    let new = keys("new", 300);
+    add(&s, C, "cut", &new.iter().map(String::as_str).collect::<Vec<_>>(), 0).await;
+    sleep_until(g0.retire_at_ms.unwrap() - 300).await;
+    assert!(holds_data(&b, "cut", g0.shards));
+    // Add takes no compare-and-set: only the retirement's fails.
+    b.emulator().fail_calls("checkAndPut", 1_000_000);
+    sleep_until(g0.retire_at_ms.unwrap() + 1500).await;
+    assert!(!holds_data(&b, "cut", g0.shards), "rows deleted first");
+    let stuck = get(&s, "cut").await;
+    assert_eq!(
+        stuck.generations.len(),
+        2,
+        "config not stored: the generation is still listed"
+    );
+    let fresh = keys("fresh", 100);
+    add(&s, C, "cut", &fresh.iter().map(String::as_str).collect::<Vec<_>>(), 0).await;
+    assert_eq!(count(&absent_of(&s, "cut", &fresh).await, true), 0);
+    b.emulator().fail_calls("checkAndPut", 0);
+    let mut gens = 2;
+    for _ in 0..100 {
+        gens = get(&s, "cut").await.generations.len();
+        if gens == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(gens, 1, "the next pass completes the retirement");
+    assert!(holds_data(&b, "cut~g1", g1.shards));
+    assert_eq!(count(&absent_of(&s, "cut", &fresh).await, true), 0);
 }

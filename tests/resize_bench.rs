@@ -1,4 +1,4 @@
-//! The "Done when" run of issue 22 on the embedded store (ignored by
+//! The "Done when" run of issue 22 on the embedded store or real HBase (ignored by
 //! default; `bench/resize.sh` runs it in release): three dedupers sized
 //! n = 100,000, p = 0.01, expiry 60 s, fed the same distinct real names
 //! (`../shared/data/pypi-names.txt`): `none` is never resized, `manual` is
@@ -10,7 +10,8 @@
 //! deduper, the false-positive rate of never-added probes and the false
 //! negatives among names added within their TTL, as a table.
 //!
-//! Knobs (environment): RESIZE_BENCH_NAMES (the names file), RESIZE_BENCH_N (100000), RESIZE_BENCH_EXPIRY_S
+//! Knobs (environment): RESIZE_BENCH_BACKEND (`embedded`, or `hbase`: real
+//! HBase at SOLUS_REAL_HBASE_DIR, see [`backends`]), RESIZE_BENCH_NAMES (the names file), RESIZE_BENCH_N (100000), RESIZE_BENCH_EXPIRY_S
 //! (60), RESIZE_BENCH_RESIZE_TO (1000000: the peak of 500,000 with the 2x headroom docs/operations.md advises), RESIZE_BENCH_PROBES (20000),
 //! RESIZE_BENCH_SAMPLE_S (5).
 
@@ -51,6 +52,34 @@ async fn get(s: &TestServer, name: &str) -> pb::Deduper {
         .into_inner()
 }
 
+/// The backends of the two servers (the second with `resize.auto`), from
+/// RESIZE_BENCH_BACKEND: `embedded` (the default), each its own store; or
+/// `hbase`, both on the real HBase of `tests/common/real_hbase.rs`
+/// (SOLUS_REAL_HBASE_DIR, as `bench/resize.sh` passes it), its tables
+/// emptied first. `None` (printed) when that HBase cannot be had.
+fn backends(sample_s: u64) -> Option<(TestBackend, TestBackend)> {
+    let (mut plain, mut auto) = match std::env::var("RESIZE_BENCH_BACKEND").as_deref() {
+        Ok("hbase") => {
+            let Some(plain) = TestBackend::real_hbase() else {
+                println!("RESIZE_BENCH_BACKEND=hbase: no real HBase (set SOLUS_REAL_HBASE_DIR); not run");
+                return None;
+            };
+            // The same HBase, held by `plain` for the whole run.
+            let auto = TestBackend::with_settings("real-hbase", plain.settings.clone());
+            (plain, auto)
+        }
+        Ok("embedded") | Err(_) => (TestBackend::embedded(), TestBackend::embedded()),
+        Ok(other) => panic!("RESIZE_BENCH_BACKEND={other:?}: expected embedded or hbase"),
+    };
+    for b in [&mut plain, &mut auto] {
+        b.settings.stats.refresh_interval_ms = sample_s * 1000;
+        b.settings.storage.embedded.max_memory_mib = 1024;
+    }
+    auto.settings.resize.auto = true;
+    println!("backend: {}", plain.name);
+    Some((plain, auto))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "minutes long: bench/resize.sh"]
 async fn resize_done_when_run() {
@@ -83,13 +112,9 @@ async fn resize_done_when_run() {
     let total = order.len();
     let probes: Vec<String> = names[names.len() - probes_n..].to_vec();
 
-    let mut plain = TestBackend::embedded();
-    plain.settings.stats.refresh_interval_ms = sample_s * 1000;
-    plain.settings.storage.embedded.max_memory_mib = 1024;
-    let mut auto = TestBackend::embedded();
-    auto.settings.stats.refresh_interval_ms = sample_s * 1000;
-    auto.settings.storage.embedded.max_memory_mib = 1024;
-    auto.settings.resize.auto = true;
+    let Some((plain, auto)) = backends(sample_s) else {
+        return;
+    };
     let s1 = Arc::new(TestServer::start(&plain).await);
     let s2 = Arc::new(TestServer::start(&auto).await);
     let runs: Vec<Run> = [(&s1, "none"), (&s1, "manual"), (&s2, "auto")]

@@ -75,8 +75,8 @@ pub enum EngineError {
         recorded: String,
         current: String,
     },
-    /// A resize refused now (one is under way; the store keeps no
-    /// generations); the message says when or what instead.
+    /// A resize refused now (one is under way); the message says when it
+    /// can be resized again.
     #[error("{0}")]
     Resize(String),
     #[error(transparent)]

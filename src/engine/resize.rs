@@ -219,8 +219,7 @@ impl Engine {
     /// stored. Errors: `Invalid` names or sizes (also when the deduper was
     /// sized by explicit geometry and only one of n, p is given),
     /// `NotFound`, `Misplaced`, `Resize` while an older generation is still
-    /// live (saying when it retires) or on a store that keeps no
-    /// generations, `Storage` (`Capacity`: the successor does not fit the
+    /// live (saying when it retires), `Storage` (`Capacity`: the successor does not fit the
     /// embedded memory budget; nothing changed).
     pub async fn resize_deduper(
         &self,
@@ -231,13 +230,6 @@ impl Engine {
     ) -> Result<Deduper, EngineError> {
         deduper::validate_name("client_id", client_id)?;
         deduper::validate_name("name", name)?;
-        if !self.store.supports_generations() {
-            return Err(EngineError::Resize(format!(
-                "resizing a deduper is not supported on the {} store yet; create a larger deduper instead \
-                 (docs/operations.md)",
-                self.store.kind()
-            )));
-        }
         let current = self.load_deduper(client_id, name).await?;
         let key = (client_id.to_string(), name.to_string());
         let current = self.check_location(&key, Arc::new(current))?;

@@ -41,10 +41,6 @@ impl Store for MeteredStore {
         self.inner.bit_order()
     }
 
-    fn supports_generations(&self) -> bool {
-        self.inner.supports_generations()
-    }
-
     fn shared_by_replicas(&self) -> bool {
         self.inner.shared_by_replicas()
     }

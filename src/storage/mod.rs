@@ -203,14 +203,6 @@ pub trait Store: Send + Sync + 'static {
         self.read_and_write_bits(deduper, bits, expire_ms, &mut |_: &[Cell]| Ok(()))
     }
 
-    /// Whether this backend keeps the generations a resize records
-    /// (`crate::generations`): allocates a generation's filter when a config
-    /// change records it and frees its data when one drops it. False by
-    /// default: the engine then refuses to resize.
-    fn supports_generations(&self) -> bool {
-        false
-    }
-
     /// Whether other processes may read and change this store's configs
     /// (several replicas on one HBase): true by default. False for a store
     /// one process holds alone (the embedded store locks its directory):
@@ -221,7 +213,7 @@ pub trait Store: Send + Sync + 'static {
 
     /// Every deduper config that records generations (a resize under way
     /// or done), of every client: what a restarted server resumes
-    /// retiring. Empty by default (stores that keep no generations).
+    /// retiring. Empty by default (test doubles).
     /// Errors: `Unavailable`, `Corrupt`.
     fn resized_dedupers(&self) -> Result<Vec<Deduper>, StorageError> {
         Ok(Vec::new())
@@ -233,7 +225,11 @@ pub trait Store: Send + Sync + 'static {
 
     /// Applies `change` to the stored config of one deduper atomically
     /// against concurrent updates (of this or any other replica) and returns
-    /// the config as stored; `None` when the deduper does not exist. `change`
+    /// the config as stored; `None` when the deduper does not exist. A
+    /// change that records a generation (`crate::generations`) has its
+    /// filter allocated; one that drops generations has their data freed
+    /// (a backend may defer a drop, storing nothing and returning the
+    /// config as it is: the engine's retirement pass asks again). `change`
     /// may run more than once (on each retry of a compare-and-set). Returns
     /// only once the changed config is stored. Errors: `Unavailable`
     /// (including too many concurrent updates in a row), `Corrupt`.

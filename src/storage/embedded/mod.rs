@@ -614,12 +614,6 @@ impl Store for EmbeddedStore {
         "embedded"
     }
 
-    /// Each generation's filter is allocated and freed with the config
-    /// change that records or drops it (`update_deduper`).
-    fn supports_generations(&self) -> bool {
-        true
-    }
-
     /// One process holds the directory (its lock file).
     fn shared_by_replicas(&self) -> bool {
         false

@@ -20,7 +20,7 @@
 //! | `n`      | long    | 8-byte big-endian; only when sized from n, p |
 //! | `p`      | double  | 8-byte big-endian IEEE 754; only with `n`    |
 //! | `loc`    | String  | UTF-8 data table of the bits (Solus only)    |
-//! | `ver`    | bytes   | `utime` long, `a` byte, `expiry` long (Solus only) |
+//! | `ver`    | bytes   | `utime` long, `a` byte, `expiry` long; then, for a resized deduper only, its generations (Solus only) |
 //! | `maxexp` | long    | 8-byte big-endian, seconds: the longest `expiry` ever set (Solus only) |
 //! | `legacy` | boolean | 1 byte: whether the bits may hold legacy `<bit>` markers (Solus only) |
 //!
@@ -43,6 +43,22 @@
 //! and `utime` when its `utime` is not older than theirs. Rows without
 //! `loc` or `ver` (older writers) read as before.
 //!
+//! # Generations in `ver`
+//! A deduper resized online (`crate::generations`) records its generations
+//! in `ver`, after the 17 bytes above: one encoding version byte
+//! ([`GENERATIONS_V1`] = `0x01`), then the generations as a JSON array of
+//! [`crate::generations::Generation`] (`id`, `geometry`, sizing and timing
+//! in ms since the Unix epoch; oldest first). A deduper never resized has
+//! no such suffix: its `ver` is the same 17 bytes as before generations.
+//! The geometry and sizing of a resized deduper are then its newest
+//! generation's; `hf`, `sh`, `bps`, `n`, `p` keep generation 0's (they are
+//! written at creation only). Why `ver`: every update already swaps it, so
+//! a resize and a retirement are one compare-and-set like any update; and
+//! a replica from before generations requires exactly 17 bytes there and
+//! refuses the config (`Corrupt`, naming `C:ver`) instead of reading only
+//! generation 0 with the wrong geometry. A later encoding takes another
+//! version byte, which this decoder refuses the same way.
+//!
 //! `hf`, `sh` and `bps` are `int`s because bits per shard is capped at
 //! `i32::MAX`. A row holding `name` but no `hf` is a creation in progress
 //! (see `meta.rs`).
@@ -54,6 +70,7 @@ use hbase_thrift::hbase::{Mutation, TCell};
 use crate::contract::layout;
 use crate::contract::sizing::Geometry;
 use crate::deduper::{Deduper, Level};
+use crate::generations::Generation;
 use crate::storage::StorageError;
 
 /// Thrift attribute map (`Map<Text, Text>`).
@@ -218,24 +235,61 @@ pub fn mutable_mutations(d: &Deduper) -> Vec<Mutation> {
     ]
 }
 
+/// Length of the `ver` cell's settings: `utime`, `a`, `expiry`.
+const VERSION_SETTINGS_LEN: usize = 17;
+
+/// The version byte of the generations encoding in `ver` (see the module
+/// docs): a JSON array of generations follows it.
+pub const GENERATIONS_V1: u8 = 0x01;
+
 /// The `ver` cell of `d`: `utime` (8 bytes BE), `a` (1 byte), `expiry`
-/// seconds (8 bytes BE).
+/// seconds (8 bytes BE); for a deduper with generations, then
+/// [`GENERATIONS_V1`] and the JSON array of its generations.
 pub fn encode_version(d: &Deduper) -> Vec<u8> {
     let mut v = d.update_time_ms.to_be_bytes().to_vec();
     v.extend_from_slice(&layout::encode_legacy(d.active));
     v.extend_from_slice(&(d.expiry_seconds as i64).to_be_bytes());
+    if !d.generations.is_empty() {
+        v.push(GENERATIONS_V1);
+        v.extend_from_slice(&serde_json::to_vec(&d.generations).expect("generations serialize"));
+    }
     v
 }
 
-/// `(utime, active, expiry_seconds)` of a `ver` cell; `None` when malformed.
-fn decode_version(v: &[u8]) -> Option<(i64, bool, u64)> {
-    if v.len() != 17 {
+/// `(utime, active, expiry_seconds)` of a `ver` cell and the bytes after
+/// them (the generations, when any); `None` when shorter than 17 bytes or
+/// malformed.
+fn decode_version(v: &[u8]) -> Option<(i64, bool, u64, &[u8])> {
+    if v.len() < VERSION_SETTINGS_LEN {
         return None;
     }
     let utime = i64::from_be_bytes(v[0..8].try_into().ok()?);
     let active = layout::decode_legacy(&v[8..9])?;
     let expiry = u64::try_from(i64::from_be_bytes(v[9..17].try_into().ok()?)).ok()?;
-    Some((utime, active, expiry))
+    Some((utime, active, expiry, &v[VERSION_SETTINGS_LEN..]))
+}
+
+/// The generations after a `ver` cell's settings (empty: none); the error
+/// says what is wrong, for a `Corrupt` naming `C:ver`.
+fn decode_generations(rest: &[u8]) -> Result<Vec<Generation>, String> {
+    let Some((&version, json)) = rest.split_first() else {
+        return Ok(Vec::new());
+    };
+    if version != GENERATIONS_V1 {
+        return Err(format!(
+            "holds generations in encoding version {version}, but this Solus reads version {GENERATIONS_V1} \
+             only: a newer Solus resized this deduper; serve it with that version"
+        ));
+    }
+    let gens: Vec<Generation> =
+        serde_json::from_slice(json).map_err(|e| format!("holds generations that are not valid JSON: {e}"))?;
+    if gens.is_empty() || !gens.windows(2).all(|w| w[0].id < w[1].id) {
+        return Err(format!(
+            "holds generations {:?}: expected at least one, ids increasing",
+            gens.iter().map(|g| g.id).collect::<Vec<_>>()
+        ));
+    }
+    Ok(gens)
 }
 
 /// Row key of a remembered request in the client's meta table:
@@ -318,12 +372,25 @@ pub fn decode_deduper(client_id: &str, columns: &BTreeMap<Vec<u8>, TCell>) -> Re
     let mut active = layout::decode_legacy(fixed(ACTIVE, 1)?).expect("1 byte");
     let mut expiry_seconds = u64::try_from(expiry).map_err(|_| bad(EXPIRY, "is negative"))?;
     let mut update_time_ms = long(UPDATE_TIME)?;
+    let mut generations = Vec::new();
     if let Some(v) = get(VERSION) {
-        let (utime, a, e) =
-            decode_version(v).ok_or_else(|| bad(VERSION, &format!("holds {} bytes, expected 17", v.len())))?;
+        let (utime, a, e, rest) =
+            decode_version(v).ok_or_else(|| bad(VERSION, &format!("holds {} bytes, expected 17 or more", v.len())))?;
         if utime >= update_time_ms {
             (update_time_ms, active, expiry_seconds) = (utime, a, e);
         }
+        // From `ver` whatever its age: no other column records them.
+        generations = decode_generations(rest).map_err(|why| bad(VERSION, &why))?;
+    }
+    let mut geometry = Geometry {
+        hash_functions: int(HASH_FUNCTIONS)?,
+        shards: int(SHARDS)?,
+        bits_per_shard: int(BITS_PER_SHARD)?,
+    };
+    let (mut n, mut p) = (n, p);
+    // A resized deduper's geometry and sizing are its newest generation's.
+    if let Some(newest) = generations.last() {
+        (geometry, n, p) = (newest.geometry, newest.expected_insertions, newest.false_positive_rate);
     }
     let data_location = get(LOCATION)
         .map(|v| String::from_utf8(v.to_vec()).map_err(|_| bad(LOCATION, "is not UTF-8")))
@@ -339,11 +406,7 @@ pub fn decode_deduper(client_id: &str, columns: &BTreeMap<Vec<u8>, TCell>) -> Re
     Ok(Some(Deduper {
         client_id: client_id.to_string(),
         name: text(NAME)?,
-        geometry: Geometry {
-            hash_functions: int(HASH_FUNCTIONS)?,
-            shards: int(SHARDS)?,
-            bits_per_shard: int(BITS_PER_SHARD)?,
-        },
+        geometry,
         expiry_seconds,
         active,
         level,
@@ -354,7 +417,7 @@ pub fn decode_deduper(client_id: &str, columns: &BTreeMap<Vec<u8>, TCell>) -> Re
         data_location,
         max_expiry_seconds,
         may_hold_legacy_markers,
-        generations: Vec::new(),
+        generations,
     }))
 }
 
@@ -432,24 +495,153 @@ mod tests {
         assert!(err.contains("C:legacy") && err.contains("2 bytes"), "{err}");
     }
 
-    /// What a resize on HBase can rely on (issue 22, not built yet): a
-    /// replica of this version refuses, naming the column, a config whose
-    /// `C:ver` is longer than its 17 bytes - so recording the generations
-    /// there (17 bytes, then the generations) makes every replica that does
-    /// not understand them refuse the deduper instead of reading only its
-    /// generation 0.
+    /// `d` resized at `now_ms` to `bits` bits per shard, n = 4e6, p = 0.001.
+    fn resized(d: &Deduper, bits: u32, now_ms: i64) -> Deduper {
+        let mut r = d.clone();
+        let timing = crate::generations::Timing {
+            config_cache_ms: 2000,
+            clock_bound_ms: 1000,
+            margin_ms: 1000,
+        };
+        let g = Geometry {
+            hash_functions: 10,
+            shards: 20,
+            bits_per_shard: bits,
+        };
+        crate::generations::start_successor(&mut r, g, Some(4_000_000), Some(0.001), now_ms, timing).unwrap();
+        r.update_time_ms = now_ms;
+        r
+    }
+
+    /// The row of `d` as created, with `ver` of `now`.
+    fn row_with_version(created: &Deduper, now: &Deduper) -> BTreeMap<Vec<u8>, TCell> {
+        let mut row = as_row(&deduper_mutations(created));
+        row.insert(b"C:ver".to_vec(), TCell::new(encode_version(now), 1_i64));
+        row
+    }
+
     #[test]
-    fn a_longer_version_cell_is_refused_clearly() {
+    fn a_deduper_never_resized_keeps_the_17_byte_version_cell() {
+        let d = sample(true);
+        let mut want = 1_700_000_000_456_i64.to_be_bytes().to_vec();
+        want.push(0x00);
+        want.extend_from_slice(&3600_i64.to_be_bytes());
+        assert_eq!(encode_version(&d), want, "byte for byte as before generations");
+    }
+
+    #[test]
+    fn generations_round_trip_in_the_version_cell_after_its_17_bytes() {
+        let d = sample(true);
+        let r = resized(&d, 2_000_000, d.update_time_ms + 10);
+        let ver = encode_version(&r);
+        assert_eq!(
+            ver[..17],
+            encode_version(&Deduper {
+                generations: Vec::new(),
+                ..r.clone()
+            })[..]
+        );
+        assert_eq!(ver[17], GENERATIONS_V1);
+        let json: serde_json::Value = serde_json::from_slice(&ver[18..]).unwrap();
+        assert_eq!(json[1]["id"], 1);
+        assert_eq!(json[1]["geometry"]["bits_per_shard"], 2_000_000);
+        let back = decode_deduper("client-a", &row_with_version(&d, &r)).unwrap().unwrap();
+        assert_eq!(back, r);
+        // Geometry and sizing are the newest generation's, though `hf`,
+        // `sh`, `bps`, `n`, `p` still hold generation 0's.
+        assert_eq!(
+            (back.geometry.bits_per_shard, back.expected_insertions),
+            (2_000_000, Some(4_000_000))
+        );
+        // Retired down to generation 1 alone: still a resized deduper.
+        let mut one = r.clone();
+        one.generations.remove(0);
+        let back = decode_deduper("client-a", &row_with_version(&d, &one))
+            .unwrap()
+            .unwrap();
+        assert_eq!(back.generations.iter().map(|g| g.id).collect::<Vec<_>>(), [1]);
+        assert_eq!(back.geometry, one.generations[0].geometry);
+        // Older mutable columns do not take the generations away.
+        let mut row = row_with_version(&d, &r);
+        let later = Deduper {
+            update_time_ms: r.update_time_ms + 5,
+            generations: Vec::new(),
+            ..d.clone()
+        };
+        for m in mutable_mutations(&later) {
+            row.insert(m.column.clone().unwrap(), TCell::new(m.value.clone().unwrap(), 1_i64));
+        }
+        assert_eq!(
+            decode_deduper("client-a", &row).unwrap().unwrap().generations,
+            r.generations
+        );
+    }
+
+    /// The decoding of `C:ver` by every Solus before generations, verbatim
+    /// (commit 13b65fc, `decode_version` and its caller's error): exactly
+    /// 17 bytes, else `Corrupt` naming the column.
+    fn decode_version_before_generations(v: &[u8]) -> Result<(i64, bool, u64), String> {
+        let refused = || {
+            format!(
+                "deduper config of \"client-a\": column C:ver holds {} bytes, expected 17",
+                v.len()
+            )
+        };
+        if v.len() != 17 {
+            return Err(refused());
+        }
+        let utime = i64::from_be_bytes(v[0..8].try_into().unwrap());
+        let active = layout::decode_legacy(&v[8..9]).ok_or_else(refused)?;
+        let expiry = u64::try_from(i64::from_be_bytes(v[9..17].try_into().unwrap())).map_err(|_| refused())?;
+        Ok((utime, active, expiry))
+    }
+
+    /// Mixed-version replicas: a replica that does not understand
+    /// generations refuses a resized deduper, naming `C:ver`, instead of
+    /// reading only generation 0 (with the newest generation's geometry
+    /// nowhere in its columns) - and reads a deduper never resized as ever.
+    #[test]
+    fn a_replica_before_generations_refuses_a_resized_deduper_clearly() {
+        let d = sample(true);
+        let r = resized(&d, 2_000_000, d.update_time_ms + 10);
+        let err = decode_version_before_generations(&encode_version(&r)).unwrap_err();
+        assert!(err.contains("C:ver") && err.contains("expected 17"), "{err}");
+        let mut one = r.clone();
+        one.generations.remove(0);
+        assert!(decode_version_before_generations(&encode_version(&one)).is_err());
+        assert_eq!(
+            decode_version_before_generations(&encode_version(&d)),
+            Ok((d.update_time_ms, d.active, d.expiry_seconds))
+        );
+    }
+
+    #[test]
+    fn unknown_or_damaged_generations_are_refused_naming_the_column() {
         let d = sample(true);
         let mut row = as_row(&deduper_mutations(&d));
-        let mut ver = encode_version(&d);
-        assert_eq!(ver.len(), 17);
-        ver.extend_from_slice(br#"{"generations":[]}"#);
-        row.insert(b"C:ver".to_vec(), TCell::new(ver, 1_i64));
-        let err = decode_deduper("client-a", &row).unwrap_err();
-        assert!(matches!(err, StorageError::Corrupt(_)), "{err:?}");
-        let text = err.to_string();
-        assert!(text.contains("C:ver") && text.contains("expected 17"), "{text}");
+        let mut refused = |suffix: &[u8]| {
+            let mut ver = encode_version(&d);
+            ver.extend_from_slice(suffix);
+            row.insert(b"C:ver".to_vec(), TCell::new(ver, 1_i64));
+            let err = decode_deduper("client-a", &row).unwrap_err();
+            assert!(matches!(err, StorageError::Corrupt(_)), "{err:?}");
+            err.to_string()
+        };
+        let newer = refused(b"\x02[]");
+        assert!(
+            newer.contains("C:ver") && newer.contains("encoding version 2"),
+            "{newer}"
+        );
+        let damaged = refused(b"\x01[{\"id\":");
+        assert!(
+            damaged.contains("C:ver") && damaged.contains("not valid JSON"),
+            "{damaged}"
+        );
+        let empty = refused(b"\x01[]");
+        assert!(empty.contains("C:ver") && empty.contains("at least one"), "{empty}");
+        row.insert(b"C:ver".to_vec(), TCell::new(vec![0; 16], 1_i64));
+        let err = decode_deduper("client-a", &row).unwrap_err().to_string();
+        assert!(err.contains("C:ver") && err.contains("16 bytes"), "{err}");
     }
 
     #[test]

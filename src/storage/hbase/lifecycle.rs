@@ -15,6 +15,8 @@
 //!    write ever made. A config without the mark (stored by an older
 //!    version) takes the worst case, [`crate::deduper::MAX_EXPIRY_SECONDS`]:
 //!    every bit is deleted, and the name stays taken for 100 years (below).
+//!    A resized deduper: the shard rows of every generation it records, at
+//!    `T` = [`tombstone_bound`] (later still; see "Generations" below).
 //! 3. The config row: a tombstone cell `C:gone` = `T` is put above the
 //!    row's newest cell, then the row is deleted below it.
 //!
@@ -26,6 +28,42 @@
 //! bits of a namesake deduper created before `T`. So `CreateDeduper` of the
 //! same name is refused (`FAILED_PRECONDITION`, saying when it will be
 //! allowed) until the tombstone's `T` has passed.
+//!
+//! # Generations (a deduper resized online, `crate::generations`)
+//! Generation N's bits are the shard rows of the physical filter
+//! `<name>~g<N>` (generation 0: `<name>`) in the same data table, family
+//! and qualifiers: [`layout::data_row_key`]`(shard, client, "<name>~g<N>")`
+//! for `shard` in `0..` that generation's own `shards`. Nothing allocates
+//! them: the rows appear with the first write.
+//!
+//! Retirement ([`HbaseStore::retire_filters`], from `update_deduper` when a
+//! change drops generations): every shard row of each dropped generation
+//! gets `deleteAllRowTs` at `T_g` = its `retire_at_ms` + [`DELETE_SLACK_MS`]
+//! (above every cell it holds: its last write came by `writes_until_ms`,
+//! with at most the expiry high-water mark, on a clock within the slack),
+//! and only then is the config stored without it. A crash in between
+//! leaves the generation in the config, already empty; nothing in it was
+//! live, and the next retirement pass deletes the rows again (idempotent)
+//! and drops it. A deduper delete removes every generation's rows.
+//!
+//! Delete markers never hide a later generation's bits:
+//! - within one deduper's life, no two generations share a physical name
+//!   (ids are never reused), so a retired generation's markers are on rows
+//!   no later generation writes;
+//! - across lives (a deduper deleted and re-created, whose generations
+//!   count from 1 again), the re-create waits for the tombstone's "until",
+//!   which for a resized deduper is [`tombstone_bound`]: at least the
+//!   ordinary bound plus another [`DELETE_SLACK_MS`], and at least every
+//!   generation still recorded `retire_at_ms + 2 * DELETE_SLACK_MS`. A
+//!   generation retired earlier has `T_g <= now + DELETE_SLACK_MS` on the
+//!   retiring replica's clock when it read the config, since retirement
+//!   requires `retire_at_ms <=` the clock taken just before that read; and
+//!   that read saw the deduper active (retirement skips inactive dedupers),
+//!   so it came before the deactivation that precedes every delete, hence
+//!   before the delete's own clock reading. With replica clocks within
+//!   [`DELETE_SLACK_MS`] (the premise of that slack), `T_g` is then below the
+//!   tombstone's "until", and the re-created namesake's cells (stamped after
+//!   it, with their expiry) are above every marker of the earlier life.
 //!
 //! # Statistics
 //! [`sample`]: the bits at a uniform random sample of positions (without
@@ -44,6 +82,7 @@ use super::{HbaseStore, OnError, in_parallel};
 use crate::clock::now_ms;
 use crate::contract::layout;
 use crate::deduper::Deduper;
+use crate::generations::{self, Generation};
 use crate::storage::{BitAddr, BitStats, StorageError};
 
 /// Added to the delete time of the bit rows for clock differences between
@@ -58,6 +97,37 @@ pub const DELETE_SLACK_MS: i64 = 60_000;
 pub fn delete_bound(d: &Deduper, now_ms: i64) -> i64 {
     let expiry_ms = i64::try_from(d.expiry_high_water_seconds().saturating_mul(1000)).unwrap_or(i64::MAX / 2);
     now_ms.saturating_add(expiry_ms).saturating_add(DELETE_SLACK_MS)
+}
+
+/// The delete time of a retired generation's rows: its `retire_at_ms` +
+/// [`DELETE_SLACK_MS`] (see the module docs); `None` for a generation
+/// without one (the newest, never retired).
+pub fn retire_bound(g: &Generation) -> Option<i64> {
+    g.retire_at_ms.map(|r| r.saturating_add(DELETE_SLACK_MS))
+}
+
+/// The delete time and tombstone "until" of deleting `d` at `now_ms`:
+/// [`delete_bound`]; for a resized deduper (one with generations) the
+/// larger of that and every recorded generation's [`retire_bound`], plus
+/// [`DELETE_SLACK_MS`] more, so that no marker of a generation retired
+/// before the delete outlasts the tombstone (see the module docs).
+pub fn tombstone_bound(d: &Deduper, now_ms: i64) -> i64 {
+    let bound = delete_bound(d, now_ms);
+    if d.generations.is_empty() {
+        return bound;
+    }
+    let highest = d.generations.iter().filter_map(retire_bound).fold(bound, i64::max);
+    highest.saturating_add(DELETE_SLACK_MS)
+}
+
+/// Whether [`HbaseStore::retire_filters`] deleted the rows or left it for later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retirement {
+    /// The dropped generations' rows are deleted: store the config.
+    Deleted,
+    /// Not now (the deduper is inactive, or a generation's `retire_at_ms`
+    /// is not yet past on the clock read before the config): store nothing.
+    NotYet,
 }
 
 /// The tombstone column of a deleted deduper's config row: 8-byte BE ms
@@ -76,7 +146,7 @@ impl HbaseStore {
         };
         let (stored, newest) = stored;
         let now = now_ms();
-        let until = delete_bound(&stored, now);
+        let until = tombstone_bound(&stored, now);
         self.tables.ensure_data(&self.pool)?;
         let table = self.data_table(&stored);
         // Where its bits are, never where this replica would put them: the
@@ -89,16 +159,11 @@ impl HbaseStore {
                 stored.name
             )));
         }
-        let shards: Vec<u32> = (0..stored.geometry.shards).collect();
-        let what = format!("deleteAllRowTs {table}");
-        in_parallel(&shards, self.parallel_calls(), OnError::Continue, |&shard| {
-            let row = layout::data_row_key(shard, &stored.client_id, &stored.name);
-            self.tables.on_table(&self.pool, &table, &what, || {
-                self.pool.call(Retry::Idempotent, |c| {
-                    c.delete_all_row_ts(table.clone().into_bytes(), row.clone(), until, Attributes::new())
-                })
-            })
-        })?;
+        let rows: Vec<(Vec<u8>, i64)> = generations::physical_filters(&stored)
+            .iter()
+            .flat_map(|f| shard_rows(f).into_iter().map(|row| (row, until)))
+            .collect();
+        self.delete_rows(&table, &rows)?;
         let meta = layout::meta_table(&stored.client_id);
         let row = layout::meta_row_key(&stored.client_id, &stored.name);
         let below = newest.max(now);
@@ -119,6 +184,69 @@ impl HbaseStore {
             })
             .map_err(|e| e.into_storage(&format!("deleteAllRowTs {meta}")))?;
         Ok(true)
+    }
+
+    /// `deleteAllRowTs` of every `(row, timestamp)` of `table`, in parallel
+    /// (all attempted even when one fails; idempotent, retried).
+    fn delete_rows(&self, table: &str, rows: &[(Vec<u8>, i64)]) -> Result<(), StorageError> {
+        let what = format!("deleteAllRowTs {table}");
+        in_parallel(rows, self.parallel_calls(), OnError::Continue, |(row, until)| {
+            self.tables.on_table(&self.pool, table, &what, || {
+                self.pool.call(Retry::Idempotent, |c| {
+                    c.delete_all_row_ts(table.as_bytes().to_vec(), row.clone(), *until, Attributes::new())
+                })
+            })
+        })?;
+        Ok(())
+    }
+
+    /// Deletes the rows of the generations `change` dropped from `old`
+    /// (see the module docs), before the config without them is stored:
+    /// `NotYet` while `old` is inactive or a dropped generation's
+    /// `retire_at_ms` is after `read_at_ms` (this replica's clock just
+    /// before it read `old`). Errors: `Unavailable` (some rows deleted: the
+    /// next pass deletes them again), `Precondition` when the bits are in
+    /// another table than this replica's settings say, or a change drops a
+    /// generation that never had a retirement time.
+    pub(super) fn retire_filters(
+        &self,
+        old: &Deduper,
+        changed: &Deduper,
+        read_at_ms: i64,
+    ) -> Result<Retirement, StorageError> {
+        let kept = generations::of(changed);
+        let dropped: Vec<Generation> = generations::of(old)
+            .into_iter()
+            .filter(|g| !kept.iter().any(|k| k.id == g.id))
+            .collect();
+        if dropped.is_empty() {
+            return Ok(Retirement::Deleted);
+        }
+        let mut rows = Vec::new();
+        for g in &dropped {
+            let Some(until) = retire_bound(g) else {
+                return Err(StorageError::Precondition(format!(
+                    "deduper {:?}: refusing to drop generation {}, which has no retirement time (the newest)",
+                    old.name, g.id
+                )));
+            };
+            if !old.active || g.retire_at_ms.is_some_and(|r| r > read_at_ms) {
+                return Ok(Retirement::NotYet);
+            }
+            let filter = generations::physical(old, g);
+            rows.extend(shard_rows(&filter).into_iter().map(|row| (row, until)));
+        }
+        let table = self.data_table(old);
+        if let Some(recorded) = old.data_location.as_ref().filter(|r| **r != table) {
+            return Err(StorageError::Precondition(format!(
+                "deduper {:?} keeps its bits in {recorded:?}, but the current settings put them in {table:?} \
+                 (storage.table / farm changed?); refusing to retire its generations there: restore the setting",
+                old.name
+            )));
+        }
+        self.tables.ensure_data(&self.pool)?;
+        self.delete_rows(&table, &rows)?;
+        Ok(Retirement::Deleted)
     }
 
     /// The config and the newest cell timestamp of its row, `None` when absent.
@@ -158,7 +286,7 @@ impl HbaseStore {
             Some(until) if until >= now_ms => Err(StorageError::Precondition(format!(
                 "deduper {:?} of client {:?} was deleted recently; HBase's delete markers hide bits written under \
                  this name until {} ms since the epoch ({} s from now: the longest expiry_seconds it ever had, \
-                 plus {} s); create it then, or use another name now",
+                 plus {} s or more); create it then, or use another name now",
                 d.name,
                 d.client_id,
                 until,
@@ -185,6 +313,14 @@ impl HbaseStore {
             sampled_bits: addrs.len() as u64,
         })
     }
+}
+
+/// The row key of every shard row of the physical filter `f` (a deduper,
+/// or one generation of one as [`generations::physical`] gives it).
+pub fn shard_rows(f: &Deduper) -> Vec<Vec<u8>> {
+    (0..f.geometry.shards)
+        .map(|shard| layout::data_row_key(shard, &f.client_id, &f.name))
+        .collect()
 }
 
 /// `min(sample_bits, m)` distinct bit positions of `d`, uniform (Floyd's
@@ -238,6 +374,37 @@ mod tests {
         d.max_expiry_seconds = None;
         let worst = crate::deduper::MAX_EXPIRY_SECONDS as i64 * 1000;
         assert_eq!(delete_bound(&d, 1_000), 1_000 + worst + DELETE_SLACK_MS);
+    }
+
+    #[test]
+    fn a_resized_deduper_s_tombstone_outlasts_every_generation_s_delete_markers() {
+        let mut d = deduper(1, 10);
+        d.set_expiry(60);
+        assert_eq!(
+            tombstone_bound(&d, 1_000),
+            delete_bound(&d, 1_000),
+            "never resized: as before"
+        );
+        let timing = crate::generations::Timing {
+            config_cache_ms: 2000,
+            clock_bound_ms: 0,
+            margin_ms: 1000,
+        };
+        let g = d.geometry;
+        crate::generations::start_successor(&mut d, g, Some(10), Some(0.01), 1_000, timing).unwrap();
+        let r0 = d.generations[0].retire_at_ms.unwrap();
+        assert_eq!(r0, 1_000 + 6_000 + 60_000);
+        assert_eq!(retire_bound(&d.generations[0]), Some(r0 + DELETE_SLACK_MS));
+        assert_eq!(retire_bound(&d.generations[1]), None, "the newest never retires");
+        // Deleted mid-transition: above generation 0's markers by a slack.
+        assert_eq!(tombstone_bound(&d, 2_000), r0 + 2 * DELETE_SLACK_MS);
+        // Deleted after generation 0 retired at `t >= r0` (its markers at
+        // most `t + slack` on the retiring clock): the tombstone reaches
+        // `t + expiry + 2 slack`, a whole expiry and slack above them.
+        d.generations.remove(0);
+        let t = r0 + 5_000;
+        assert_eq!(tombstone_bound(&d, t), t + 60_000 + 2 * DELETE_SLACK_MS);
+        assert!(tombstone_bound(&d, t) > r0 + DELETE_SLACK_MS + 60_000);
     }
 
     #[test]

@@ -30,6 +30,7 @@ use std::collections::BTreeMap;
 use hbase_thrift::hbase::{Mutation, TCell, THbaseSyncClient, TRowResult, TScan};
 
 use super::codec::{self, Attributes, meta_col};
+use super::lifecycle::Retirement;
 use super::pool::{Pool, Retry};
 use super::tables::Tables;
 use crate::contract::layout;
@@ -123,9 +124,17 @@ fn put_columns_at(
     })
 }
 
+/// What [`update`] runs between applying a change and storing it, with the
+/// config as read, as changed, and this replica's clock (ms since the Unix
+/// epoch) taken just before the read: deletes the data of generations the
+/// change dropped (`lifecycle.rs`). `NotYet`: store nothing this time.
+pub type BeforeStore<'a> = dyn Fn(&Deduper, &Deduper, i64) -> Result<Retirement, StorageError> + 'a;
+
 /// Applies `change` by compare-and-set (see the module docs); `None` when
-/// the deduper does not exist. Errors: `Unavailable`, also after
-/// [`UPDATE_ATTEMPTS`] lost races; `Corrupt`.
+/// the deduper does not exist. `before_store` runs on every attempt before
+/// its compare-and-set; when it answers `NotYet`, nothing is stored and the
+/// config as read is returned. Errors: `Unavailable`, also after
+/// [`UPDATE_ATTEMPTS`] lost races; `Corrupt`; those of `before_store`.
 pub fn update(
     pool: &Pool,
     tables: &Tables,
@@ -133,11 +142,13 @@ pub fn update(
     name: &str,
     change: &Change<'_>,
     now_ms: i64,
+    before_store: &BeforeStore<'_>,
 ) -> Result<Option<Deduper>, StorageError> {
     let table = layout::meta_table(client_id);
     let row = layout::meta_row_key(client_id, name);
     let ver_col = codec::column(layout::META_FAMILY, meta_col::VERSION);
     for attempt in 0..UPDATE_ATTEMPTS {
+        let read_at = crate::clock::now_ms();
         let Some(columns) = read_row(pool, tables, client_id, name)? else {
             return Ok(None);
         };
@@ -146,7 +157,11 @@ pub fn update(
         };
         let expected = columns.get(&ver_col).and_then(|c| c.value.clone()).unwrap_or_default();
         let previous = d.update_time_ms;
+        let old = d.clone();
         change(&mut d);
+        if before_store(&old, &d, read_at)? == Retirement::NotYet {
+            return Ok(Some(old));
+        }
         d.update_time_ms = d.update_time_ms.max(now_ms).max(previous + 1);
         put_max_expiry(pool, tables, &d)?;
         let won = pool
@@ -310,6 +325,38 @@ pub fn list(pool: &Pool, tables: &Tables, client_id: &str, active_only: bool) ->
         }
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+/// Every config with generations, of every client: `getTableNames`, then
+/// [`list`] of each `<client_id>_dedupers` table. A client whose table
+/// holds a config this replica cannot decode is skipped with a warning (its
+/// dedupers resume when next looked up, which reports the damage).
+/// Errors: `Unavailable`.
+pub fn resized(pool: &Pool, tables: &Tables) -> Result<Vec<Deduper>, StorageError> {
+    let names = pool
+        .call(Retry::Idempotent, |c| c.get_table_names())
+        .map_err(|e| e.into_storage("getTableNames"))?;
+    let suffix = layout::meta_table("");
+    let mut out = Vec::new();
+    for name in names {
+        let Some(client_id) = std::str::from_utf8(&name)
+            .ok()
+            .and_then(|n| n.strip_suffix(suffix.as_str()))
+        else {
+            continue;
+        };
+        if client_id.is_empty() || layout::meta_table(client_id).as_bytes() != name.as_slice() {
+            continue;
+        }
+        match list(pool, tables, client_id, false) {
+            Ok(list) => out.extend(list.into_iter().filter(|d| !d.generations.is_empty())),
+            Err(StorageError::Corrupt(why)) => {
+                tracing::warn!(client_id, error = %why, "skipping a client's configs while resuming resizes")
+            }
+            Err(e) => return Err(e),
+        }
+    }
     Ok(out)
 }
 

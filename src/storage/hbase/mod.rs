@@ -83,9 +83,10 @@ use std::collections::BTreeSet;
 use hbase_thrift::hbase::{THbaseSyncClient, TRowResult};
 
 use self::codec::Attributes;
-pub use self::codec::TTL_ATTRIBUTE;
+pub use self::codec::{GENERATIONS_V1, TTL_ATTRIBUTE};
 pub use self::config::{HbaseConfig, KerberosConfig, LegacyMarkers, Protocol, Qop, Transport};
 use self::data::ReadGroup;
+pub use self::lifecycle::DELETE_SLACK_MS;
 use self::pool::{Pool, Retry};
 use self::tables::Tables;
 pub use self::tables::{data_family, meta_family};
@@ -474,14 +475,37 @@ impl Store for HbaseStore {
         self.sample(deduper, now_ms, sample_bits, seed)
     }
 
-    /// Compare-and-set on the `ver` cell, retried (see `meta.rs`).
+    /// Compare-and-set on the `ver` cell, retried (see `meta.rs`). A change
+    /// that records a generation needs nothing more (its rows appear with
+    /// its first write); one that drops generations first deletes their
+    /// rows, and only then stores the config (`lifecycle.rs`). Such a drop
+    /// waits (nothing stored, the config as read returned; the next
+    /// retirement pass tries again) while the deduper is inactive or the
+    /// generation's `retire_at_ms` is not past on this replica's clock
+    /// before the read: what keeps delete markers off a later namesake's
+    /// bits.
     fn update_deduper(
         &self,
         client_id: &str,
         name: &str,
         change: &Change<'_>,
     ) -> Result<Option<Deduper>, StorageError> {
-        meta::update(&self.pool, &self.tables, client_id, name, change, now_ms())
+        meta::update(
+            &self.pool,
+            &self.tables,
+            client_id,
+            name,
+            change,
+            now_ms(),
+            &|old, changed, read_at| self.retire_filters(old, changed, read_at),
+        )
+    }
+
+    /// Generations: `<name>~g<N>` rows beside the deduper's own, the list
+    /// in the meta row's `C:ver` (`codec.rs`, `lifecycle.rs`). A scan of every client's meta table (`*_dedupers`, found with
+    /// `getTableNames`) for configs with generations.
+    fn resized_dedupers(&self) -> Result<Vec<Deduper>, StorageError> {
+        meta::resized(&self.pool, &self.tables)
     }
 
     /// A `checkAndPut` row in the client's meta table (see `meta.rs`).
