@@ -76,7 +76,7 @@ for r in $(seq "$rounds"); do
         done
     done
 done
-gens=$("$solus" deduper get --addr "127.0.0.1:$port" --client resize --name moving | grep -ci generation || true)
+gens=$("$solus" deduper get --addr "127.0.0.1:$port" --client resize --name moving | jq '.generations | length')
 
 j() { jq -r "$1" "$work/$2.json"; }
 echo
@@ -90,7 +90,7 @@ for r in $(seq "$rounds"); do
     done
 done
 echo
-echo "n = $n, p = 0.01, keys over $key_space, batch 1000, concurrency 4, ${duration} s per run; moving resized to $((2 * n)) (its config lines naming generations: $gens)."
+echo "n = $n, p = 0.01, keys over $key_space, batch 1000, concurrency 4, ${duration} s per run; moving resized to $((2 * n)), live generations at the end: $gens."
 errors=$(cat "$work"/*-*-*.json | jq -s '[.[].errors | to_entries[] | .value] | add // 0')
 echo "failed requests: $errors"
 [ "$errors" -eq 0 ]
