@@ -830,3 +830,46 @@ async fn a_retirement_interrupted_after_deleting_the_rows_completes_on_the_next_
     assert!(holds_data(&b, "cut~g1", g1.shards));
     assert_eq!(count(&absent_of(&s, "cut", &fresh).await, true), 0);
 }
+
+resize_cases!(embedded_only, Some(crate::common::TestBackend::embedded());
+    the_union_estimate_matches_the_measured_false_positive_rate_in_a_transition,
+);
+
+/// Issue 22, "Visibility": during a transition the deduper's estimated
+/// false-positive rate is that of a read of both generations, `1 - (1 -
+/// r0)(1 - r1)`, and a measurement agrees with it: generation 0 over its n
+/// (load 1.5), generation 1 at its n, 40,000 never-added probes. Their
+/// present fraction is within 4 standard errors of the estimate (binomial,
+/// sqrt(r (1 - r) / 40,000)), and clearly above either generation's own rate.
+async fn the_union_estimate_matches_the_measured_false_positive_rate_in_a_transition(b: TestBackend) {
+    let s = TestServer::start(&b).await;
+    s.admin()
+        .create_deduper(create_np(C, "union", 2000, 0.01, 3600))
+        .await
+        .unwrap();
+    add_if_absent_all(&s, "union", &keys("old", 3000)).await;
+    let d = resize(&s, "union", Some(3000), None).await.expect("resize");
+    sleep_until(d.generations[1].writes_from_ms + 50).await;
+    add_if_absent_all(&s, "union", &keys("new", 3000)).await;
+    let f = figures_after(&s, "union", now_ms()).await;
+    let rate = |g: &pb::Generation| g.stats.as_ref().unwrap().estimated_false_positive_rate;
+    let (r0, r1) = (rate(&f.generations[0]), rate(&f.generations[1]));
+    let union = f.stats.as_ref().unwrap().estimated_false_positive_rate;
+    assert!(
+        (union - (1.0 - (1.0 - r0) * (1.0 - r1))).abs() < 1e-12,
+        "{union} vs {r0}, {r1}"
+    );
+    assert!(r0 > 0.03 && r1 > 0.005, "both generations carry weight: {r0}, {r1}");
+    let probes = keys("never", 40_000);
+    let present = count(&absent_of(&s, "union", &probes).await, false) as f64 / probes.len() as f64;
+    let sigma = (union * (1.0 - union) / probes.len() as f64).sqrt();
+    println!("generations {r0:.4}, {r1:.4}: estimated union {union:.4}, measured {present:.4} (sigma {sigma:.4})");
+    assert!(
+        (present - union).abs() <= 4.0 * sigma,
+        "measured {present:.4} vs estimated union {union:.4} (sigma {sigma:.4}; generations {r0:.4}, {r1:.4})"
+    );
+    assert!(
+        present > r0.max(r1) + 4.0 * sigma,
+        "the union, not one generation: {present:.4}"
+    );
+}
