@@ -30,7 +30,7 @@ pub struct Settings {
 }
 
 /// The automatic resize policy (`resize.*`): see `engine::resize` and
-/// docs/operations.md, "Resizing".
+/// docs/operations.md, "Resizing a deduper online".
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ResizeConfig {
@@ -646,6 +646,14 @@ impl Settings {
     /// (logged as warnings at start-up).
     pub fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
+        if self.resize.auto && self.stats.refresh_interval_ms == 0 {
+            out.push(
+                "resize.auto is on but stats.refresh_interval_ms = 0 turns the statistics pass off, and the \
+                 automatic resize decides on its figures: no deduper is resized by itself; set \
+                 stats.refresh_interval_ms (default 60000)"
+                    .to_string(),
+            );
+        }
         let h = &self.storage.hbase;
         if self.storage.backend == Backend::Hbase
             && h.transport == crate::storage::hbase::Transport::Framed
@@ -704,12 +712,25 @@ impl Settings {
             self.storage.hbase.validate().or_else(bad)?;
         }
         let r = &self.resize;
-        if !(r.load_threshold > 0.0 && r.growth > 1.0 && r.passes >= 1 && r.max_expected_insertions >= 1) {
-            return bad(format!(
-                "resize.load_threshold must be > 0, resize.growth > 1, resize.passes and \
-                 resize.max_expected_insertions at least 1; got {}, {}, {}, {}",
-                r.load_threshold, r.growth, r.passes, r.max_expected_insertions
-            ));
+        // One message per key, naming it and its value.
+        let checks: [(&str, bool, String, &str); 4] = [
+            (
+                "resize.load_threshold",
+                r.load_threshold > 0.0,
+                r.load_threshold.to_string(),
+                "> 0",
+            ),
+            ("resize.growth", r.growth > 1.0, r.growth.to_string(), "> 1"),
+            ("resize.passes", r.passes >= 1, r.passes.to_string(), "at least 1"),
+            (
+                "resize.max_expected_insertions",
+                r.max_expected_insertions >= 1,
+                r.max_expected_insertions.to_string(),
+                "at least 1",
+            ),
+        ];
+        if let Some((key, _, got, rule)) = checks.iter().find(|c| !c.1) {
+            return bad(format!("{key} must be {rule}, got {got}"));
         }
         Ok(())
     }
@@ -734,6 +755,33 @@ impl Default for Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by a new user's trial: the message listed all four keys'
+    /// rules and values, not which one was wrong; and an automatic resize
+    /// with the statistics pass off started silently and never ran.
+    #[test]
+    fn resize_settings_name_the_wrong_key_and_warn_without_a_statistics_pass() {
+        let load = |pairs: &[(&str, &str)]| {
+            let env = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            Settings::load_with_env(None, Some(env))
+        };
+        let e = load(&[("SOLUS__RESIZE__GROWTH", "1")]).unwrap_err().to_string();
+        assert!(e.contains("resize.growth must be > 1, got 1"), "{e}");
+        assert!(!e.contains("load_threshold"), "{e}");
+        let e = load(&[("SOLUS__RESIZE__PASSES", "0")]).unwrap_err().to_string();
+        assert!(e.contains("resize.passes must be at least 1, got 0"), "{e}");
+        let s = load(&[
+            ("SOLUS__RESIZE__AUTO", "true"),
+            ("SOLUS__STATS__REFRESH_INTERVAL_MS", "0"),
+        ])
+        .unwrap();
+        assert!(
+            s.warnings()
+                .iter()
+                .any(|w| w.contains("resize.auto") && w.contains("stats.refresh_interval_ms"))
+        );
+        assert!(load(&[("SOLUS__RESIZE__AUTO", "true")]).unwrap().warnings().is_empty());
+    }
 
     #[test]
     fn defaults_need_no_file() {

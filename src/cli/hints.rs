@@ -161,12 +161,14 @@ pub struct Call<'a> {
     pub deduper: Option<&'a str>,
 }
 
-/// Protobuf field names in server messages, as the command line's flags.
-/// (`client_id`, `name` and `deduper` are checked by the CLI before a call.)
+/// Protobuf field names in server messages, as the command line's flags:
+/// long forms only, which every command taking them accepts (`deduper
+/// update` has no `-n`/`-p`). (`client_id`, `name` and `deduper` are
+/// checked by the CLI before a call.)
 const FLAGS: &[(&str, &str)] = &[
     ("client_id", "--client"),
-    ("expected_insertions", "-n/--expected-insertions"),
-    ("false_positive_rate", "-p/--false-positive-rate"),
+    ("expected_insertions", "--expected-insertions"),
+    ("false_positive_rate", "--false-positive-rate"),
     ("hash_functions", "--hash-functions"),
     ("bits_per_shard", "--bits-per-shard"),
     ("expiry_seconds", "--expiry-seconds"),
@@ -313,7 +315,7 @@ mod tests {
             in_flag_words(
                 "give either expected_insertions and false_positive_rate, or all of hash_functions, shards and bits_per_shard; got neither"
             ),
-            "give either -n/--expected-insertions and -p/--false-positive-rate, or all of --hash-functions, shards \
+            "give either --expected-insertions and --false-positive-rate, or all of --hash-functions, shards \
              and --bits-per-shard; got neither"
         );
         assert_eq!(

@@ -119,7 +119,14 @@ impl Inner {
             );
         }
         tracing::info!(
-            dedupers = map.len(),
+            // A resized deduper has a filter per live generation.
+            dedupers = map
+                .keys()
+                .filter(|k| !k
+                    .windows(2)
+                    .any(|w| w == crate::generations::GENERATION_SEPARATOR.as_bytes()))
+                .count(),
+            filters = map.len(),
             requests,
             record_ids,
             pages,
