@@ -495,9 +495,10 @@ async fn the_automatic_policy_resizes_a_deduper_whose_load_stays_high(mut b: Tes
         d = get(&s, "auto").await;
     }
     assert_eq!(d.generations.len(), 2, "resized by the policy");
-    // Sized for 4 x the estimate of about 1,500 live entities.
+    // Sized for 4 x the estimate of about 1,500 live entities, plus at
+    // most as much again when the passes saw the load still rising.
     let n = d.generations[1].expected_insertions.unwrap();
-    assert!((5000..=7000).contains(&n), "{n}");
+    assert!((5000..=14_000).contains(&n), "{n}");
     assert_eq!(count(&absent_of(&s, "auto", &hot).await, true), 0);
     // At load 0.5, the other is left alone.
     tokio::time::sleep(Duration::from_millis(500)).await;
