@@ -346,14 +346,14 @@ impl Engine {
                         } else {
                             "passes above the threshold"
                         };
-                        tracing::info!(client_id = %d.client_id, deduper = %d.name, load = s.load, projected_load = projected,
-                        why, estimated_entities = s.estimated_entities.round(), from = d.expected_insertions, to = n,
-                        "automatic resize started");
+                        tracing::info!(client_id = %d.client_id, deduper = %d.name, load = s.load,
+                            projected_load = projected, why, estimated_entities = s.estimated_entities.round(),
+                            from = d.expected_insertions, to = n, "automatic resize started");
                         crate::metrics::auto_resize("started");
                     }
                     Err(e) => {
                         tracing::warn!(client_id = %d.client_id, deduper = %d.name, to = n, error = %e,
-                        "automatic resize failed; the policy tries again after resize.passes more passes");
+                            "automatic resize failed; the policy tries again after resize.passes more passes");
                         crate::metrics::auto_resize("failed");
                     }
                 }

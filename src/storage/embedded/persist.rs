@@ -26,10 +26,11 @@ impl Inner {
         let now = now_ms();
         let mut map = HashMap::new();
         let mut dedupers = HashMap::new();
-        let mut reserved = 0u64;
+        let (mut reserved, mut configs) = (0u64, 0usize);
         for kv in h.meta.iter() {
             let (_, value) = kv.into_inner().map_err(unavailable)?;
             let d = decode_meta(&value)?;
+            configs += 1;
             // One filter per generation (`generations.rs`): generation 0
             // under the meta key itself, later ones under `<name>~g<N>`.
             for f in crate::generations::physical_filters(&d) {
@@ -119,13 +120,8 @@ impl Inner {
             );
         }
         tracing::info!(
+            dedupers = configs,
             // A resized deduper has a filter per live generation.
-            dedupers = map
-                .keys()
-                .filter(|k| !k
-                    .windows(2)
-                    .any(|w| w == crate::generations::GENERATION_SEPARATOR.as_bytes()))
-                .count(),
             filters = map.len(),
             requests,
             record_ids,
