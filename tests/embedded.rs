@@ -7,6 +7,16 @@ use common::TestBackend;
 
 backend_suite!(TestBackend::embedded());
 
+/// An embedded store with default settings in `dir`.
+fn open_in(dir: &std::path::Path) -> solus::storage::embedded::EmbeddedStore {
+    use solus::storage::embedded::{EmbeddedConfig, EmbeddedStore};
+    EmbeddedStore::open(EmbeddedConfig {
+        path: dir.to_path_buf(),
+        ..EmbeddedConfig::default()
+    })
+    .unwrap()
+}
+
 /// The embedded store keeps every deduper's bits in memory, so it refuses
 /// dedupers that would not fit its budget instead of running out of memory
 /// when they fill up (a client could otherwise ask for 65,536 shards of
@@ -159,18 +169,9 @@ async fn delete_frees_the_memory_budget() {
 async fn interrupted_delete_can_be_run_again() {
     use solus::engine::{CreateSpec, Engine, EngineError, Limits};
     use solus::storage::StorageError;
-    use solus::storage::embedded::{EmbeddedConfig, EmbeddedStore};
     use std::sync::Arc;
     let dir = tempfile::tempdir().unwrap();
-    let open = || {
-        Arc::new(
-            EmbeddedStore::open(EmbeddedConfig {
-                path: dir.path().to_path_buf(),
-                ..EmbeddedConfig::default()
-            })
-            .unwrap(),
-        )
-    };
+    let open = || Arc::new(open_in(dir.path()));
     let spec = || CreateSpec {
         client_id: "c".into(),
         name: "d".into(),
@@ -240,15 +241,10 @@ fn entities_absent_in_rounds_answers_as_reading_every_cell() {
     use rand::{Rng, SeedableRng, rngs::StdRng};
     use solus::contract::sizing::Geometry;
     use solus::deduper::{Deduper, Level};
-    use solus::storage::embedded::{EmbeddedConfig, EmbeddedStore};
     use solus::storage::{BitAddr, Store};
 
     let dir = tempfile::tempdir().unwrap();
-    let store = EmbeddedStore::open(EmbeddedConfig {
-        path: dir.path().to_path_buf(),
-        ..EmbeddedConfig::default()
-    })
-    .unwrap();
+    let store = open_in(dir.path());
     let (k, shards, bps) = (7usize, 3u32, 2_000u32);
     let g = Geometry {
         hash_functions: k as u32,
@@ -321,18 +317,11 @@ fn concurrent_fused_read_and_raise_has_one_winner_per_entity() {
     use rand::{SeedableRng, rngs::StdRng};
     use solus::contract::sizing::Geometry;
     use solus::deduper::{Deduper, Level};
-    use solus::storage::embedded::{EmbeddedConfig, EmbeddedStore};
     use solus::storage::{BitAddr, Store};
     use std::sync::{Arc, Barrier};
 
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(
-        EmbeddedStore::open(EmbeddedConfig {
-            path: dir.path().to_path_buf(),
-            ..EmbeddedConfig::default()
-        })
-        .unwrap(),
-    );
+    let store = Arc::new(open_in(dir.path()));
     let (k, shards, entities, threads) = (7u32, 300u32, 6_000u32, 4usize);
     let g = Geometry {
         hash_functions: k,

@@ -127,6 +127,20 @@ async fn get(s: &TestServer, name: &str) -> pb::Deduper {
         .into_inner()
 }
 
+/// GetDeduper once `name` lists `want` generations, or the last answer
+/// after about 5 s (the caller asserts).
+async fn with_generations(s: &TestServer, name: &str, want: usize) -> pb::Deduper {
+    let mut d = get(s, name).await;
+    for _ in 0..200 {
+        if d.generations.len() == want {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+        d = get(s, name).await;
+    }
+    d
+}
+
 /// GetDeduper once its generations' figures are computed after `after_ms`.
 async fn figures_after(s: &TestServer, name: &str, after_ms: i64) -> pb::Deduper {
     for _ in 0..200 {
@@ -486,14 +500,7 @@ async fn the_automatic_policy_resizes_a_deduper_whose_load_stays_high(mut b: Tes
     let hot = keys("hot", 1500);
     add_if_absent_all(&s, "auto", &hot).await;
     add_if_absent_all(&s, "calm", &keys("calm", 500)).await;
-    let mut d = get(&s, "auto").await;
-    for _ in 0..200 {
-        if d.generations.len() == 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-        d = get(&s, "auto").await;
-    }
+    let d = with_generations(&s, "auto", 2).await;
     assert_eq!(d.generations.len(), 2, "resized by the policy");
     // Sized for 4 x the estimate of about 1,500 live entities, plus at
     // most as much again when the passes saw the load still rising.
@@ -772,14 +779,7 @@ async fn a_retirement_waits_while_the_deduper_is_inactive(b: TestBackend) {
     assert_eq!(get(&s, "idle").await.generations.len(), 2, "not retired while inactive");
     assert!(holds_data(&b, "idle", d.generations[0].shards));
     set_active(&s, "idle", true).await;
-    let mut gens = 2;
-    for _ in 0..100 {
-        gens = get(&s, "idle").await.generations.len();
-        if gens == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let gens = with_generations(&s, "idle", 1).await.generations.len();
     assert_eq!(gens, 1, "retired once active");
     assert!(!holds_data(&b, "idle", d.generations[0].shards));
 }
@@ -819,14 +819,7 @@ async fn a_retirement_interrupted_after_deleting_the_rows_completes_on_the_next_
     add(&s, C, "cut", &fresh.iter().map(String::as_str).collect::<Vec<_>>(), 0).await;
     assert_eq!(count(&absent_of(&s, "cut", &fresh).await, true), 0);
     b.emulator().fail_calls("checkAndPut", 0);
-    let mut gens = 2;
-    for _ in 0..100 {
-        gens = get(&s, "cut").await.generations.len();
-        if gens == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let gens = with_generations(&s, "cut", 1).await.generations.len();
     assert_eq!(gens, 1, "the next pass completes the retirement");
     assert!(holds_data(&b, "cut~g1", g1.shards));
     assert_eq!(count(&absent_of(&s, "cut", &fresh).await, true), 0);
