@@ -613,4 +613,28 @@ mod tests {
         assert_eq!(n, 6000);
         assert_eq!(steep(&ON), (Decision::Nothing, Decision::Nothing));
     }
+
+    /// Found in CI (tests/resize.rs, the policy case on the emulator):
+    /// 1,000 adds landed between two passes 100 ms apart, and that slope,
+    /// carried over the 60 s expiry window, sized the successor for 880,145
+    /// (here the policy's ceiling, 1,000,000). The rise it adds is at most
+    /// the estimate itself.
+    #[test]
+    fn a_burst_between_close_passes_at_most_doubles_the_successor() {
+        let policy = AutoResize {
+            projection: true,
+            passes: 1,
+            ..ON
+        };
+        let (d, mut trend) = (sized(1000), Trend::default());
+        assert_eq!(
+            decide(&policy, &d, &at(0.5, 1000, 1000), &mut trend, 1000),
+            Decision::Nothing
+        );
+        let Decision::Resize { n, .. } = decide(&policy, &d, &at(1.5, 1000, 1100), &mut trend, 1000) else {
+            panic!("a resize")
+        };
+        // 4 x (1,500 estimated + at most 1,500 more).
+        assert_eq!(n, 12_000);
+    }
 }
