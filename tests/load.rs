@@ -140,9 +140,9 @@ async fn thousands_of_concurrent_calls_keep_memory_flat() {
     let other = tally.other.lock().await;
     let mean = |v: &[u64]| v.iter().sum::<u64>() / v.len() as u64;
     let (m1, m2) = (mean(&first), mean(&second));
-    // The 90th percentile, not the maximum: one sample caught mid-checkpoint
-    // (pages copied, journal switched) is a transient, not growth. Found by
-    // CI on a loaded machine: mean 72,404 -> 76,094 KiB, max 73,416 -> 93,000.
+    // The 90th percentile, not the maximum: one high sample is a transient,
+    // not growth (its cause was not diagnosed). Found by CI on a loaded
+    // machine: mean 72,404 -> 76,094 KiB, max 73,416 -> 93,000.
     let p90 = |v: &[u64]| {
         let mut v = v.to_vec();
         v.sort_unstable();
