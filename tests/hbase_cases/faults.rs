@@ -159,6 +159,51 @@ async fn socket_read_timeout_is_unavailable() {
     assert_eq!(absent(&s, "c", "d", &["a"]).await, [true]);
 }
 
+/// Issue 20: an Add of 10,000 entities failed on a compacting HBase when its
+/// write calls of up to 8,192 cells had the flat read timeout of a small
+/// read. A write call now waits `read_timeout_ms` plus 2 ms per cell.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_calls_wait_longer_the_more_cells_they_carry() {
+    let mut b = TestBackend::hbase();
+    b.settings.storage.hbase.read_timeout_ms = 300;
+    b.settings.storage.hbase.retries = 1;
+    let s = TestServer::start(&b).await;
+    s.admin()
+        .create_deduper(create_np("c", "d", 1000, 0.01, 60))
+        .await
+        .unwrap();
+    absent(&s, "c", "d", &["warm"]).await;
+    b.emulator().set_latency(Duration::from_millis(600));
+    // 300 entities, k = 7: ~2,100 cells, a read timeout of ~4.5 s.
+    let items: Vec<String> = (0..300).map(|i| format!("big-{i}")).collect();
+    let refs: Vec<&str> = items.iter().map(String::as_str).collect();
+    assert_eq!(add(&s, "c", "d", &refs, 0).await, 300);
+    // One entity: 7 cells, 314 ms, still shorter than HBase's 600 ms.
+    let req = pb::AddRequest {
+        request_id: None,
+        client_id: "c".into(),
+        deduper: "d".into(),
+        entities: ents(&["small"]),
+        ttl_ms: 0,
+    };
+    let err = s.data().add(req).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert!(err.message().contains("mutateRowsTs"), "{}", err.message());
+    assert!(
+        err.message()
+            .contains("314 ms (storage.hbase.read_timeout_ms = 300 ms plus 2 ms per cell written)"),
+        "{}",
+        err.message()
+    );
+    b.emulator().set_latency(Duration::ZERO);
+    wait_health(&s, ServingStatus::Serving, SOON).await;
+    assert_eq!(
+        absent(&s, "c", "d", &refs).await,
+        vec![false; 300],
+        "every acknowledged add is there"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_connections_and_injected_errors_are_retried() {
     let mut b = TestBackend::hbase();

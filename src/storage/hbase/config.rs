@@ -191,7 +191,8 @@ pub struct HbaseConfig {
     /// answer. Reads are split into per-row calls of at most
     /// `max_cells_per_read` columns, so it bounds small calls whatever the
     /// batch. A call that timed out is retried once at most (HBase is likely
-    /// still working on it). Default 5,000.
+    /// still working on it). Bit writes wait 2 ms more per cell of the call
+    /// (`data::WRITE_MS_PER_CELL`). Default 5,000.
     pub read_timeout_ms: u64,
     /// Socket write timeout, in ms. Default 5,000.
     pub write_timeout_ms: u64,

@@ -184,6 +184,18 @@ pub fn decode_rows(
 /// machine. A 1,000-entity Add (~7,000 cells at k = 7) stays one call.
 pub const WRITE_CELLS: u64 = 8_192;
 
+/// Read timeout each written cell adds to `read_timeout_ms`, in ms: a write
+/// call of `c` cells may take `read_timeout_ms + c * WRITE_MS_PER_CELL` to
+/// answer (21.4 s for [`WRITE_CELLS`] at the default 5 s), a floor of 500
+/// cells/s where this 2-core standalone HBase writes ~150,000. Issue 20: an
+/// Add of 10,000 entities failed at a flat 5 s while HBase compacted.
+pub const WRITE_MS_PER_CELL: u64 = 2;
+
+/// Read timeout of a write call of `cells` cells, in ms (see [`WRITE_MS_PER_CELL`]).
+pub fn write_read_timeout_ms(read_timeout_ms: u64, cells: usize) -> u64 {
+    read_timeout_ms.saturating_add((cells as u64).saturating_mul(WRITE_MS_PER_CELL))
+}
+
 /// The `mutateRowsTs` calls of a write: per touched shard row, a put of
 /// `<bit>#ttl` = `expire_ms` (8-byte big-endian) for each of its bits. One
 /// call unless the request would exceed `max_bytes` or [`WRITE_CELLS`]; a

@@ -314,9 +314,11 @@ impl HbaseStore {
         let ttl_ms = i64::try_from(d.expiry_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
         let what = format!("mutateRowsTs {table}");
         in_parallel(&calls, self.parallel_calls(), OnError::Continue, |batches| {
+            let cells = batches.iter().map(|b| b.mutations.as_ref().map_or(0, Vec::len)).sum();
+            let read_ms = data::write_read_timeout_ms(self.config.read_timeout_ms, cells);
             // Idempotent: a replayed put carries the same timestamp and value.
             self.tables.on_table(&self.pool, &table, &what, || {
-                self.pool.call(Retry::Idempotent, |c| {
+                self.pool.call_with_read_timeout(Retry::Idempotent, read_ms, |c| {
                     c.mutate_rows_ts(
                         table.as_bytes().to_vec(),
                         batches.clone(),

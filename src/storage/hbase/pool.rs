@@ -111,6 +111,8 @@ impl HbaseError {
 #[derive(Debug, Clone, Copy)]
 struct Timeouts {
     read_ms: u64,
+    /// This call's own read timeout, when it was scaled with its size.
+    scaled_read_ms: Option<u64>,
     write_ms: u64,
     /// Appended to a timeout's message (see `Pool::timeout_hint`).
     hint: &'static str,
@@ -162,10 +164,18 @@ fn classify(e: thrift::Error, peer: SocketAddr, timeouts: Timeouts, broken: &mut
         }
         thrift::Error::Transport(t) if is_timeout(&t) => {
             *broken = true;
+            let within = match timeouts.scaled_read_ms {
+                Some(ms) => format!(
+                    "{ms} ms (storage.hbase.read_timeout_ms = {} ms plus {} ms per cell written)",
+                    timeouts.read_ms,
+                    super::data::WRITE_MS_PER_CELL
+                ),
+                None => format!("storage.hbase.read_timeout_ms = {} ms", timeouts.read_ms),
+            };
             HbaseError::TimedOut(format!(
-                "call to {peer} timed out: no answer within storage.hbase.read_timeout_ms = {} ms \
+                "call to {peer} timed out: no answer within {within} \
                  (or the request not sent within write_timeout_ms = {} ms) ({}){}",
-                timeouts.read_ms, timeouts.write_ms, t.message, timeouts.hint
+                timeouts.write_ms, t.message, timeouts.hint
             ))
         }
         thrift::Error::Transport(t) => {
@@ -441,6 +451,7 @@ impl Pool {
             addresses: config.addresses.join(", "),
             timeouts: Timeouts {
                 read_ms: config.read_timeout_ms,
+                scaled_read_ms: None,
                 write_ms: config.write_timeout_ms,
                 hint: "",
             },
@@ -492,19 +503,41 @@ impl Pool {
         })
     }
 
-    fn once<T>(&self, f: &mut impl FnMut(&mut Client) -> thrift::Result<T>) -> Result<T, HbaseError> {
+    fn once<T>(
+        &self,
+        read_ms: Option<u64>,
+        f: &mut impl FnMut(&mut Client) -> thrift::Result<T>,
+    ) -> Result<T, HbaseError> {
         let mut conn = self.checkout()?;
         if caller::gone() {
             // Waited for a connection longer than the caller did: hand it on.
             return Err(caller_left());
         }
         let peer = conn.peer;
+        let mut timeouts = self.timeouts();
+        if let Some(ms) = read_ms {
+            if conn.socket.set_read_timeout(Some(Duration::from_millis(ms))).is_err() {
+                conn.broken = true;
+                return Err(HbaseError::Connection(format!(
+                    "cannot set the read timeout of the socket to {peer}"
+                )));
+            }
+            timeouts.scaled_read_ms = Some(ms);
+        }
         let result = f(&mut conn.client);
+        if read_ms.is_some()
+            && conn
+                .socket
+                .set_read_timeout(Some(Duration::from_millis(self.timeouts.read_ms)))
+                .is_err()
+        {
+            conn.broken = true; // never hand on a connection with a longer timeout than configured
+        }
         if !matches!(&result, Err(thrift::Error::Transport(_) | thrift::Error::Protocol(_))) {
             self.answered.store(true, Ordering::Relaxed);
         }
         result.map_err(|e| {
-            let e = classify(e, peer, self.timeouts(), &mut conn.broken);
+            let e = classify(e, peer, timeouts, &mut conn.broken);
             if conn.broken {
                 self.generation.fetch_add(1, Ordering::SeqCst);
             }
@@ -517,14 +550,36 @@ impl Pool {
     /// `retry_backoff_ms` and doubling (with jitter); after a timeout only
     /// once ([`may_retry`]). `f` may make several Thrift calls (e.g. a
     /// scan); a retry repeats all of them.
-    pub fn call<T>(&self, retry: Retry, mut f: impl FnMut(&mut Client) -> thrift::Result<T>) -> Result<T, HbaseError> {
+    pub fn call<T>(&self, retry: Retry, f: impl FnMut(&mut Client) -> thrift::Result<T>) -> Result<T, HbaseError> {
+        self.call_within(retry, None, f)
+    }
+
+    /// [`Pool::call`] with the socket read timeout set to `read_ms` for this
+    /// call (and its retries) instead of `read_timeout_ms`: for calls whose
+    /// service time grows with their size, such as big writes. A timeout's
+    /// message names `read_ms`.
+    pub fn call_with_read_timeout<T>(
+        &self,
+        retry: Retry,
+        read_ms: u64,
+        f: impl FnMut(&mut Client) -> thrift::Result<T>,
+    ) -> Result<T, HbaseError> {
+        self.call_within(retry, Some(read_ms.max(1)), f)
+    }
+
+    fn call_within<T>(
+        &self,
+        retry: Retry,
+        read_ms: Option<u64>,
+        mut f: impl FnMut(&mut Client) -> thrift::Result<T>,
+    ) -> Result<T, HbaseError> {
         let budget = if retry == Retry::Idempotent { self.retries } else { 0 };
         let (mut attempt, mut timeouts) = (0, 0);
         loop {
             if caller::gone() {
                 return Err(caller_left());
             }
-            match self.once(&mut f) {
+            match self.once(read_ms, &mut f) {
                 Err(e) if may_retry(&e, attempt, budget, &mut timeouts) => {
                     let wait = self.backoff.saturating_mul(1 << attempt.min(16));
                     let jittered = wait.mul_f64(rand::random_range(0.5..=1.0));
@@ -601,6 +656,7 @@ mod tests {
         let peer: SocketAddr = "127.0.0.1:9090".parse().unwrap();
         let timeouts = Timeouts {
             read_ms: 300,
+            scaled_read_ms: None,
             write_ms: 400,
             hint: SASL_HINT,
         };
@@ -622,6 +678,7 @@ mod tests {
         let peer: SocketAddr = "127.0.0.1:9090".parse().unwrap();
         let timeouts = Timeouts {
             read_ms: 300,
+            scaled_read_ms: None,
             write_ms: 400,
             hint: "",
         };
