@@ -17,7 +17,12 @@ import java.util.TreeSet;
 import java.util.concurrent.atomic.AtomicLong;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.hbase.HBaseConfiguration;
+import org.apache.hadoop.hbase.RegionMetrics;
+import org.apache.hadoop.hbase.ServerName;
+import org.apache.hadoop.hbase.Size;
 import org.apache.hadoop.hbase.TableName;
+import org.apache.hadoop.hbase.client.Admin;
+import org.apache.hadoop.hbase.client.CompactionState;
 import org.apache.hadoop.hbase.client.Connection;
 import org.apache.hadoop.hbase.client.ConnectionFactory;
 import org.apache.hadoop.hbase.client.Get;
@@ -186,7 +191,8 @@ public final class HBaseClientBench {
         "  --deduper NAME          deduper (bench); its geometry is read from <client>_dedupers",
         "  --shards N --bits-per-shard N --hash-functions N   geometry instead of the meta row (all three)",
         "  --expiry-seconds S      cell TTL (default: the deduper's expiry from its meta row, else 86400)",
-        "  --op add-if-absent|check|add   (add-if-absent)",
+        "  --op add-if-absent|check|add|settle   (add-if-absent); settle flushes --table's memstores",
+        "                          and waits (at most --duration, default 10 s) until no compaction runs",
         "  --batch N               entities per request (1000)",
         "  --concurrency N         threads, one request in flight each (4)",
         "  --key-space N           keys key:<12 digits>, i uniform in [0, N) as `solus bench` (1000000)",
@@ -230,7 +236,9 @@ public final class HBaseClientBench {
           usage(a + " takes a number, got '" + v + "'");
         }
       }
-      if (!Arrays.asList("add-if-absent", "check", "add").contains(o.op)) usage("--op must be add-if-absent, check or add");
+      if (!Arrays.asList("add-if-absent", "check", "add", "settle").contains(o.op)) {
+        usage("--op must be add-if-absent, check, add or settle");
+      }
       if (o.batch < 1 || o.concurrency < 1 || o.keySpace < 1 || !(o.duration > 0)) {
         usage("--batch, --concurrency, --key-space and --duration must be positive");
       }
@@ -409,6 +417,49 @@ public final class HBaseClientBench {
     return sorted[Math.max(0, Math.min(sorted.length - 1, i))] / 1e6;
   }
 
+  /**
+   * Flushes the table and waits until no compaction runs on it, at most
+   * {@code --duration} seconds, so the next measured run starts with empty
+   * memstores and pays for no earlier run's flushes or compactions. Prints
+   * one JSON line: seconds waited and whether HBase settled in time.
+   */
+  static void settle(Connection conn, Opts o) throws IOException, InterruptedException {
+    TableName tn = TableName.valueOf(o.table);
+    long start = System.nanoTime();
+    long deadline = start + (long) (o.duration * 1e9);
+    CompactionState state;
+    long memstore;
+    try (Admin admin = conn.getAdmin()) {
+      // Not waited on: HBase 2.6.1's flush procedure can lose its completion ("procedure event for N
+      // is null") and never return; the memstore size below says when the flush is done.
+      Thread flusher = new Thread(() -> {
+        try {
+          admin.flush(tn);
+        } catch (IOException e) {
+          System.err.println("HBaseClientBench: flush of " + o.table + ": " + e);
+        }
+      });
+      flusher.setDaemon(true);
+      flusher.start();
+      Thread.sleep(1000); // a flush that crosses the store-file threshold queues its compaction after it
+      do {
+        state = admin.getCompactionState(tn);
+        memstore = 0;
+        for (ServerName sn : admin.getRegionServers()) {
+          for (RegionMetrics m : admin.getRegionMetrics(sn, tn)) memstore += (long) m.getMemStoreSize().get(Size.Unit.BYTE);
+        }
+        if (state == CompactionState.NONE && memstore <= (1 << 20)) break;
+        Thread.sleep(500);
+      } while (System.nanoTime() < deadline);
+    }
+    double waited = (System.nanoTime() - start) / 1e9;
+    boolean settled = state == CompactionState.NONE && memstore <= (1 << 20);
+    System.err.printf(Locale.ROOT, "HBaseClientBench: flushed %s: compaction %s, memstore %d bytes after %.1f s%n",
+        o.table, state, memstore, waited);
+    System.out.printf(Locale.ROOT, "{\"system\":\"hbase-client\",\"op\":\"settle\",\"seconds\":%.1f,\"settled\":%b}%n",
+        waited, settled);
+  }
+
   public static void main(String[] args) throws Exception {
     Opts o = Opts.parse(args);
     int checked;
@@ -427,6 +478,12 @@ public final class HBaseClientBench {
     // A dead HBase fails a request within a minute (the default retries for 20), so a run ends near its duration.
     conf.setInt("hbase.client.operation.timeout", 60_000);
     try (Connection conn = ConnectionFactory.createConnection(conf)) {
+      if (o.op.equals("settle")) {
+        settle(conn, o);
+        System.out.flush();
+        System.exit(0); // the flusher thread may still wait on HBase's lost procedure: do not wait for it
+
+      }
       readGeometry(conn, o);
       System.err.printf(Locale.ROOT,
           "HBaseClientBench: %s on %s, deduper %s/%s: shards %d, bits per shard %d, hash functions %d, expiry %d s;"
