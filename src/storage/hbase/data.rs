@@ -198,8 +198,11 @@ pub fn write_read_timeout_ms(read_timeout_ms: u64, cells: usize) -> u64 {
 
 /// The `mutateRowsTs` calls of a write: per touched shard row, a put of
 /// `<bit>#ttl` = `expire_ms` (8-byte big-endian) for each of its bits. One
-/// call unless the request would exceed `max_bytes` or [`WRITE_CELLS`]; a
-/// row can then continue in the next call.
+/// call unless the request would exceed `max_bytes` or [`WRITE_CELLS`]; then
+/// a row that fits in a call of its own starts the next call rather than
+/// being split (measured, issue 20: Add at batch 10,000, 10 rows of ~7,000
+/// cells, 21,300 entities/s against 18,100-19,300 with rows split, Thrift
+/// CPU per entity down 40%); only a row over the limits is split.
 pub fn write_calls(d: &Deduper, bits: &[BitAddr], expire_ms: i64, max_bytes: u64) -> Vec<Vec<BatchMutation>> {
     let value = layout::encode_expire_ms(expire_ms).to_vec();
     let mut calls: Vec<Vec<BatchMutation>> = vec![Vec::new()];
@@ -208,6 +211,14 @@ pub fn write_calls(d: &Deduper, bits: &[BitAddr], expire_ms: i64, max_bytes: u64
         let key = row_key(d, run[0].shard);
         let row_bytes = key.len() as u64 + ROW_WIRE_BYTES;
         let mut rest = run;
+        let run_bytes = row_bytes + run.len() as u64 * MUTATION_WIRE_BYTES;
+        let fits_alone = run.len() as u64 <= WRITE_CELLS && run_bytes <= max_bytes;
+        if fits_alone && cells > 0 && (cells + run.len() as u64 > WRITE_CELLS || bytes + run_bytes > max_bytes) {
+            // Whole rows per call: a row split across calls costs HBase's
+            // Thrift server and region server more per cell (issue 20).
+            calls.push(Vec::new());
+            (bytes, cells) = (0, 0);
+        }
         while !rest.is_empty() {
             let room = (max_bytes.saturating_sub(bytes + row_bytes) / MUTATION_WIRE_BYTES).min(WRITE_CELLS - cells);
             if room == 0 && bytes > 0 {
@@ -507,8 +518,36 @@ mod tests {
             .collect();
         assert_eq!(sizes.iter().sum::<usize>(), bits.len());
         assert!(sizes.iter().all(|&n| n as u64 <= WRITE_CELLS), "{sizes:?}");
-        assert_eq!(calls.len() as u64, (bits.len() as u64).div_ceil(WRITE_CELLS));
+        // Ten rows of ~7,000 cells: one whole row per call, none split.
+        assert_eq!(calls.len(), 10, "{sizes:?}");
+        assert!(calls.iter().all(|c| c.len() == 1), "{sizes:?}");
+        let rows: std::collections::BTreeSet<_> = calls.iter().map(|c| c[0].row.clone()).collect();
+        assert_eq!(rows.len(), 10);
         let (d, bits) = issue_20(1_000);
         assert_eq!(write_calls(&d, &bits, 1, 1 << 20).len(), 1);
+    }
+
+    #[test]
+    fn only_a_row_over_the_limit_is_split() {
+        let d = deduper();
+        // Row 0: WRITE_CELLS + 10 bits (over the limit alone); row 1: 3 bits.
+        let mut pairs: Vec<(u32, u32)> = (0..WRITE_CELLS as u32 + 10).map(|b| (0, b)).collect();
+        pairs.extend([(1, 1), (1, 2), (1, 3)]);
+        let calls = write_calls(&d, &addrs(&pairs), 1, 1 << 30);
+        let shape: Vec<Vec<usize>> = calls
+            .iter()
+            .map(|c| c.iter().map(|b| b.mutations.as_ref().unwrap().len()).collect())
+            .collect();
+        // Row 0 fills a call and spills 10 cells; row 1 joins the spill (it fits).
+        assert_eq!(shape, vec![vec![WRITE_CELLS as usize], vec![10, 3]]);
+        // Two rows that each fit but not together: one call each.
+        let mut pairs: Vec<(u32, u32)> = (0..5_000).map(|b| (0, b)).collect();
+        pairs.extend((0..5_000).map(|b| (1, b)));
+        let calls = write_calls(&d, &addrs(&pairs), 1, 1 << 30);
+        let shape: Vec<Vec<usize>> = calls
+            .iter()
+            .map(|c| c.iter().map(|b| b.mutations.as_ref().unwrap().len()).collect())
+            .collect();
+        assert_eq!(shape, vec![vec![5_000], vec![5_000]]);
     }
 }
