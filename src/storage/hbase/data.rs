@@ -527,27 +527,27 @@ mod tests {
         assert_eq!(write_calls(&d, &bits, 1, 1 << 20).len(), 1);
     }
 
+    /// Per call, the number of cells each of its rows carries.
+    fn cells_per_row_per_call(calls: &[Vec<BatchMutation>]) -> Vec<Vec<usize>> {
+        calls
+            .iter()
+            .map(|c| c.iter().map(|b| b.mutations.as_ref().unwrap().len()).collect())
+            .collect()
+    }
+
     #[test]
     fn only_a_row_over_the_limit_is_split() {
         let d = deduper();
         // Row 0: WRITE_CELLS + 10 bits (over the limit alone); row 1: 3 bits.
         let mut pairs: Vec<(u32, u32)> = (0..WRITE_CELLS as u32 + 10).map(|b| (0, b)).collect();
         pairs.extend([(1, 1), (1, 2), (1, 3)]);
-        let calls = write_calls(&d, &addrs(&pairs), 1, 1 << 30);
-        let shape: Vec<Vec<usize>> = calls
-            .iter()
-            .map(|c| c.iter().map(|b| b.mutations.as_ref().unwrap().len()).collect())
-            .collect();
+        let shape = cells_per_row_per_call(&write_calls(&d, &addrs(&pairs), 1, 1 << 30));
         // Row 0 fills a call and spills 10 cells; row 1 joins the spill (it fits).
         assert_eq!(shape, vec![vec![WRITE_CELLS as usize], vec![10, 3]]);
         // Two rows that each fit but not together: one call each.
         let mut pairs: Vec<(u32, u32)> = (0..5_000).map(|b| (0, b)).collect();
         pairs.extend((0..5_000).map(|b| (1, b)));
-        let calls = write_calls(&d, &addrs(&pairs), 1, 1 << 30);
-        let shape: Vec<Vec<usize>> = calls
-            .iter()
-            .map(|c| c.iter().map(|b| b.mutations.as_ref().unwrap().len()).collect())
-            .collect();
+        let shape = cells_per_row_per_call(&write_calls(&d, &addrs(&pairs), 1, 1 << 30));
         assert_eq!(shape, vec![vec![5_000], vec![5_000]]);
     }
 }
