@@ -23,7 +23,7 @@
 # SOLUS_READ_LEGACY_MARKERS (passed to the server when set), FILL (0: entities
 # added through Solus before the first run, key:0 up, so every run reads rows
 # already that full; 600000 fills the default deduper to ~35%; then SETTLE_SECONDS,
-# 60, of rest for HBase's flushes and compactions), SETTLE_MAX_SECONDS (120:
+# 60, of rest for HBase's flushes and compactions), SETTLE_MAX_SECONDS (300:
 # before every run the anchor flushes the table and waits, at most this long,
 # until no compaction runs, so no run pays for the one before it; 0 skips), RAW_OUT (a file
 # that gets every run's JSON line). SOLUS_HBASE_HEAP / SOLUS_HBASE_THRIFT_HEAP
@@ -208,7 +208,7 @@ print(f'{r["entities_per_second"]:.0f} {r["latency_p99_ms"]:.1f} {failed} {(m1 -
 EOF
 }
 
-settle_max="${SETTLE_MAX_SECONDS:-120}"
+settle_max="${SETTLE_MAX_SECONDS:-300}"
 fill="${FILL:-0}"
 if ((fill > 0)); then
     echo "filling $client/$deduper with $fill adds (key:0 to key:$((fill - 1)))" >&2

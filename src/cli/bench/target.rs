@@ -15,6 +15,10 @@ use crate::api::pb::deduper_service_client::DeduperServiceClient;
 use crate::cli::Target as Addr;
 use crate::cli::client::{Conn, connect};
 
+/// How often [`System::solus`] asks for the deduper while the server answers
+/// UNAVAILABLE or DEADLINE_EXCEEDED (waits of 2, 4, ... s between: 20 s in all).
+const CREATE_ATTEMPTS: u32 = 5;
+
 /// One connection to the system under test; cloned per worker.
 #[derive(Clone)]
 pub enum System {
@@ -43,22 +47,37 @@ impl System {
             level: pb::Level::Global as i32,
             ..Default::default()
         };
-        match DeduperAdminServiceClient::new(channel.clone())
-            .create_deduper(create)
-            .await
-        {
-            Ok(_) => {}
-            Err(s) if s.code() == Code::AlreadyExists => {}
-            Err(s) => {
-                let call = crate::cli::hints::Call {
-                    target: addr,
-                    client: client_id,
-                    deduper: Some(deduper),
-                };
-                return Err(
-                    crate::cli::hints::call_error(s, call).context(format!("creating deduper {client_id}/{deduper}"))
+        let mut admin = DeduperAdminServiceClient::new(channel.clone());
+        let mut attempt = 1;
+        loop {
+            let s = match admin.create_deduper(create.clone()).await {
+                Ok(_) => break,
+                Err(s) if s.code() == Code::AlreadyExists => break,
+                Err(s) => s,
+            };
+            // A storage that is busy (HBase compacting what the run before left)
+            // answers UNAVAILABLE or DEADLINE_EXCEEDED; creating is idempotent
+            // (the same config again is ALREADY_EXISTS), so waiting and asking
+            // again loses nothing and spares the caller a failed benchmark.
+            if attempt < CREATE_ATTEMPTS && matches!(s.code(), Code::Unavailable | Code::DeadlineExceeded) {
+                let wait = std::time::Duration::from_secs(2 * attempt as u64);
+                eprintln!(
+                    "creating deduper {client_id}/{deduper}: {:?} ({}); attempt {attempt} of {CREATE_ATTEMPTS}, retrying in {} s",
+                    s.code(),
+                    s.message(),
+                    wait.as_secs()
                 );
+                tokio::time::sleep(wait).await;
+                attempt += 1;
+                continue;
             }
+            let call = crate::cli::hints::Call {
+                target: addr,
+                client: client_id,
+                deduper: Some(deduper),
+            };
+            return Err(crate::cli::hints::call_error(s, call)
+                .context(format!("creating deduper {client_id}/{deduper} ({attempt} attempts)")));
         }
         let client = DeduperServiceClient::new(channel)
             .max_decoding_message_size(64 << 20)
@@ -180,5 +199,87 @@ impl Op {
                 _ => Call::Add,
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::sync::{Arc, Mutex};
+
+    use tonic::{Request, Response, Status};
+
+    use super::*;
+    use crate::api::pb::deduper_admin_service_server::{DeduperAdminService, DeduperAdminServiceServer};
+
+    /// Answers CreateDeduper from a script of codes (`Ok` for success), then OK.
+    #[derive(Clone)]
+    struct Scripted(Arc<Mutex<VecDeque<Code>>>, Arc<Mutex<u32>>);
+
+    #[tonic::async_trait]
+    impl DeduperAdminService for Scripted {
+        async fn create_deduper(&self, _: Request<pb::CreateDeduperRequest>) -> Result<Response<pb::Deduper>, Status> {
+            *self.1.lock().unwrap() += 1;
+            match self.0.lock().unwrap().pop_front().unwrap_or(Code::Ok) {
+                Code::Ok => Ok(Response::new(pb::Deduper::default())),
+                code => Err(Status::new(code, "scripted")),
+            }
+        }
+        async fn get_deduper(&self, _: Request<pb::GetDeduperRequest>) -> Result<Response<pb::Deduper>, Status> {
+            Err(Status::unimplemented("test"))
+        }
+        async fn list_dedupers(
+            &self,
+            _: Request<pb::ListDedupersRequest>,
+        ) -> Result<Response<pb::ListDedupersResponse>, Status> {
+            Err(Status::unimplemented("test"))
+        }
+        async fn update_deduper(&self, _: Request<pb::UpdateDeduperRequest>) -> Result<Response<pb::Deduper>, Status> {
+            Err(Status::unimplemented("test"))
+        }
+        async fn delete_deduper(
+            &self,
+            _: Request<pb::DeleteDeduperRequest>,
+        ) -> Result<Response<pb::DeleteDeduperResponse>, Status> {
+            Err(Status::unimplemented("test"))
+        }
+    }
+
+    /// Serves the script; returns the address and the call counter.
+    async fn serve(script: &[Code]) -> (Addr, Arc<Mutex<u32>>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let svc = Scripted(Arc::new(Mutex::new(script.iter().copied().collect())), Arc::default());
+        let calls = svc.1.clone();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(DeduperAdminServiceServer::new(svc))
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        (Addr::plain(addr.to_string()), calls)
+    }
+
+    // Found on real HBase: `solus bench` after a run that left HBase compacting
+    // failed at start because CreateDeduper's meta read timed out once.
+    #[tokio::test]
+    async fn create_is_retried_while_the_server_is_unavailable() {
+        let (addr, calls) = serve(&[Code::Unavailable, Code::DeadlineExceeded]).await;
+        let r = System::solus(&addr, "c", "d", 1000, 0.01).await;
+        assert!(r.is_ok(), "{:?}", r.err());
+        assert_eq!(*calls.lock().unwrap(), 3);
+    }
+
+    #[tokio::test]
+    async fn create_is_not_retried_on_bad_input_and_already_exists_is_success() {
+        let (addr, calls) = serve(&[Code::InvalidArgument]).await;
+        let err = System::solus(&addr, "c", "d", 1000, 0.01)
+            .await
+            .err()
+            .expect("INVALID_ARGUMENT fails");
+        assert!(format!("{err:#}").contains("1 attempts"), "{err:#}");
+        assert_eq!(*calls.lock().unwrap(), 1);
+        let (addr, calls) = serve(&[Code::AlreadyExists]).await;
+        assert!(System::solus(&addr, "c", "d", 1000, 0.01).await.is_ok());
+        assert_eq!(*calls.lock().unwrap(), 1);
     }
 }
