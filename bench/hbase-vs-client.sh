@@ -186,13 +186,17 @@ run() {
         out="$(anchor --deduper "$deduper" --op settle --duration "$settle_max")"
         echo "   settled: $out" >&2
     fi
+    # A seed of its own per run: a run replaying an earlier run's keys would
+    # find them all present (the anchor then writes nothing in add-if-absent).
+    seed=$((seed + 1))
     m0="$(cpu_s "$master_pid")"; t0="$(cpu_s "$thrift_pid")"
     if [[ "$system" == anchor ]]; then
         out="$(anchor --deduper "$deduper" --op "$op" --batch "$b" --concurrency "$concurrency" \
-            --key-space "$key_space" --duration "$seconds")"
+            --key-space "$key_space" --duration "$seconds" --seed "$seed")"
     else
         out="$("$solus" bench --addr "$addr" --client "$client" --deduper "$deduper" --op "$op" --batch "$b" \
-            --concurrency "$concurrency" --key-space "$key_space" --duration "$seconds" --json --quiet | tail -n 1)" ||
+            --concurrency "$concurrency" --key-space "$key_space" --duration "$seconds" --seed "$seed" \
+            --json --quiet | tail -n 1)" ||
             die "solus bench failed (server log: $work/serve.log)"
     fi
     hbase_alive
@@ -209,6 +213,7 @@ EOF
 }
 
 settle_max="${SETTLE_MAX_SECONDS:-300}"
+seed=100  # run seeds: 101, 102, ...
 fill="${FILL:-0}"
 if ((fill > 0)); then
     echo "filling $client/$deduper with $fill adds (key:0 to key:$((fill - 1)))" >&2

@@ -64,6 +64,7 @@
 mod claim;
 mod clock_probe;
 mod codec;
+mod combine;
 pub mod config;
 mod data;
 mod gssapi;
@@ -108,6 +109,8 @@ pub struct HbaseStore {
     probe_id: u64,
     /// Rows held by guarded `AddIfAbsent`s of this process (`row_locks.rs`).
     row_locks: row_locks::RowLocks,
+    /// Guarded `AddIfAbsent`s of this process waiting per deduper (`combine.rs`).
+    combiner: combine::Combiner,
 }
 
 impl HbaseStore {
@@ -137,6 +140,7 @@ impl HbaseStore {
             farm: farm.to_string(),
             probe_id: rand::random(),
             row_locks: row_locks::RowLocks::default(),
+            combiner: combine::Combiner::default(),
         };
         match store.pool.call(Retry::Once, |c| c.get_table_names()) {
             Ok(_) => store.tables.ensure_data(&store.pool)?,
@@ -246,12 +250,10 @@ impl HbaseStore {
         Ok((cells, guard_values))
     }
 
-    /// AddIfAbsent with the guard (`guard.rs`): read bits and guards, write,
-    /// swap each touched row's guard; the bits of a row whose swap was lost
-    /// come back as set.
-    /// `before_write` sees the cells as read (a request id's answer is
-    /// recorded from them): a retry of a request that lost a swap repeats
-    /// that first answer (see docs/hbase.md).
+    /// AddIfAbsent with the guard (`guard.rs`), alone: a round of one
+    /// (`guarded_round`). `before_write` sees the cells as read (a request
+    /// id's answer is recorded from them): a retry of a request that lost a
+    /// swap repeats that first answer (see docs/hbase.md).
     fn guarded_read_and_write(
         &self,
         d: &Deduper,
@@ -259,27 +261,97 @@ impl HbaseStore {
         expire_ms: i64,
         before_write: &mut BeforeWrite<'_>,
     ) -> Result<Vec<Cell>, StorageError> {
+        let member = combine::Member {
+            bits: bits.to_vec(),
+            expire_ms,
+        };
+        let mut cells = self.guarded_round(d, std::slice::from_ref(&member), Some(before_write))?;
+        Ok(cells.pop().unwrap_or_default())
+    }
+
+    fn write(&self, d: &Deduper, bits: &[BitAddr], expire_ms: i64) -> Result<(), StorageError> {
+        self.write_many(d, &[(bits, expire_ms)])
+    }
+
+    /// Writes each `(bits, expire_ms)`: its own `mutateRowsTs` calls (one
+    /// timestamp per call), all of them in parallel.
+    fn write_many(&self, d: &Deduper, writes: &[(&[BitAddr], i64)]) -> Result<(), StorageError> {
+        if writes.iter().all(|(bits, _)| bits.is_empty()) {
+            return Ok(());
+        }
+        self.tables.ensure_data(&self.pool)?;
         let table = self.data_table(d);
-        let shards: Vec<u32> = bits
+        let calls: Vec<_> = writes
+            .iter()
+            .filter(|(bits, _)| !bits.is_empty())
+            .flat_map(|&(bits, expire_ms)| {
+                data::write_calls(d, bits, expire_ms, self.config.max_request_bytes)
+                    .into_iter()
+                    .map(move |c| (c, expire_ms))
+            })
+            .collect();
+        let ttl_ms = i64::try_from(d.expiry_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
+        let what = format!("mutateRowsTs {table}");
+        in_parallel(
+            &calls,
+            self.parallel_calls(),
+            OnError::Continue,
+            |(batches, expire_ms)| {
+                let cells = batches.iter().map(|b| b.mutations.as_ref().map_or(0, Vec::len)).sum();
+                let read_ms = data::write_read_timeout_ms(self.config.read_timeout_ms, cells);
+                // Idempotent: a replayed put carries the same timestamp and value.
+                self.tables.on_table(&self.pool, &table, &what, || {
+                    self.pool.call_with_read_timeout(Retry::Idempotent, read_ms, |c| {
+                        c.mutate_rows_ts(
+                            table.as_bytes().to_vec(),
+                            batches.clone(),
+                            *expire_ms,
+                            codec::ttl_attributes(ttl_ms),
+                        )
+                    })
+                })
+            },
+        )?;
+        Ok(())
+    }
+
+    /// One round of guarded `AddIfAbsent`s of `d` (`combine.rs`): hold the
+    /// rows, read the union of the members' bits with the guards, (for a
+    /// round of one) `before_write` with the cells read, write each member's
+    /// bits, swap each row's guard once. Each member's cells as if the
+    /// members had run in order; the bits of a row whose swap was lost come
+    /// back as set.
+    fn guarded_round(
+        &self,
+        d: &Deduper,
+        members: &[combine::Member],
+        before_write: Option<&mut BeforeWrite<'_>>,
+    ) -> Result<Vec<Vec<Cell>>, StorageError> {
+        let table = self.data_table(d);
+        let all = combine::union(members);
+        let shards: Vec<u32> = all
             .iter()
             .map(|a| a.shard)
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
-        // Held from the read to the swap: a swap is then lost only to another replica.
         let rows: Vec<Vec<u8>> = shards
             .iter()
             .map(|&s| layout::data_row_key(s, &d.client_id, &d.name))
             .collect();
+        // Held from the read to the swap: a swap is then lost only to another replica.
         let _held = self.row_locks.lock(&table, &rows);
-        let (mut cells, guards) = self.read_with_guards(d, bits, true)?;
-        before_write(&cells)?;
-        self.write(d, bits, expire_ms)?;
+        let (cells, guards) = self.read_with_guards(d, &all, true)?;
+        let mut answers = combine::answers(members, &all, &cells);
+        if let (Some(before_write), [mine]) = (before_write, answers.as_slice()) {
+            before_write(mine)?;
+        }
+        let writes: Vec<(&[BitAddr], i64)> = members.iter().map(|m| (m.bits.as_slice(), m.expire_ms)).collect();
+        self.write_many(d, &writes)?;
         let ttl_ms = i64::try_from(d.expiry_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
-        let won = in_parallel(&shards, self.parallel_calls(), OnError::Continue, |&shard| {
-            let row = layout::data_row_key(shard, &d.client_id, &d.name);
-            let expected = guards.get(&row).map(Vec::as_slice).unwrap_or_default();
-            guard::swap(&self.pool, &self.tables, &table, &row, expected, ttl_ms)
+        let won = in_parallel(&rows, self.parallel_calls(), OnError::Continue, |row| {
+            let expected = guards.get(row).map(Vec::as_slice).unwrap_or_default();
+            guard::swap(&self.pool, &self.tables, &table, row, expected, ttl_ms)
         })?;
         let lost: BTreeSet<u32> = shards
             .iter()
@@ -290,10 +362,13 @@ impl HbaseStore {
         if !lost.is_empty() {
             tracing::debug!(
                 rows = lost.len(),
+                requests = members.len(),
                 "AddIfAbsent lost a guard race: those rows answer present"
             );
-            for (cell, addr) in cells.iter_mut().zip(bits) {
-                if lost.contains(&addr.shard) {
+        }
+        for (m, cells) in members.iter().zip(&mut answers) {
+            for (cell, a) in cells.iter_mut().zip(&m.bits) {
+                if lost.contains(&a.shard) {
                     *cell = Cell {
                         expire_ms: Some(i64::MAX),
                         legacy: None,
@@ -301,34 +376,7 @@ impl HbaseStore {
                 }
             }
         }
-        Ok(cells)
-    }
-
-    fn write(&self, d: &Deduper, bits: &[BitAddr], expire_ms: i64) -> Result<(), StorageError> {
-        if bits.is_empty() {
-            return Ok(());
-        }
-        self.tables.ensure_data(&self.pool)?;
-        let table = self.data_table(d);
-        let calls = data::write_calls(d, bits, expire_ms, self.config.max_request_bytes);
-        let ttl_ms = i64::try_from(d.expiry_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
-        let what = format!("mutateRowsTs {table}");
-        in_parallel(&calls, self.parallel_calls(), OnError::Continue, |batches| {
-            let cells = batches.iter().map(|b| b.mutations.as_ref().map_or(0, Vec::len)).sum();
-            let read_ms = data::write_read_timeout_ms(self.config.read_timeout_ms, cells);
-            // Idempotent: a replayed put carries the same timestamp and value.
-            self.tables.on_table(&self.pool, &table, &what, || {
-                self.pool.call_with_read_timeout(Retry::Idempotent, read_ms, |c| {
-                    c.mutate_rows_ts(
-                        table.as_bytes().to_vec(),
-                        batches.clone(),
-                        expire_ms,
-                        codec::ttl_attributes(ttl_ms),
-                    )
-                })
-            })
-        })?;
-        Ok(())
+        Ok(answers)
     }
 }
 
@@ -455,6 +503,34 @@ impl Store for HbaseStore {
         before_write(&cells)?;
         self.write(deduper, bits, expire_ms)?;
         Ok(cells)
+    }
+
+    /// With `add_if_absent_guard`, the requests of one deduper waiting for
+    /// each other's rows are served in rounds (`combine.rs`): each answered
+    /// as if they had run one after another. Errors: `Unavailable`.
+    fn read_then_write_bits(
+        &self,
+        deduper: &Deduper,
+        bits: &[BitAddr],
+        expire_ms: i64,
+    ) -> Result<Vec<Cell>, StorageError> {
+        if !self.config.add_if_absent_guard {
+            return self.read_and_write_bits(deduper, bits, expire_ms, &mut |_: &[Cell]| Ok(()));
+        }
+        // Same rows only: one data table, client, name and geometry.
+        let key = format!(
+            "{}\u{0}{}\u{0}{}\u{0}{:?}",
+            self.data_table(deduper),
+            deduper.client_id,
+            deduper.name,
+            deduper.geometry
+        );
+        let member = combine::Member {
+            bits: bits.to_vec(),
+            expire_ms,
+        };
+        self.combiner
+            .serve(&key, member, |members| self.guarded_round(deduper, members, None))
     }
 
     /// Errors besides the claim's (`meta.rs`): `Precondition` while a
