@@ -25,7 +25,8 @@
 # already that full; 600000 fills the default deduper to ~35%; then SETTLE_SECONDS,
 # 60, of rest for HBase's flushes and compactions), SETTLE_MAX_SECONDS (300:
 # before every run the anchor flushes the table and waits, at most this long,
-# until no compaction runs, so no run pays for the one before it; 0 skips), RAW_OUT (a file
+# until no compaction runs, then until the HBase JVM idles (under 0.1 core over
+# 2 s, twice), so no run pays for the one before it; 0 skips), RAW_OUT (a file
 # that gets every run's JSON line). SOLUS_HBASE_HEAP / SOLUS_HBASE_THRIFT_HEAP
 # as deploy/hbase/standalone.sh. Needs Java 11+, Maven, Python 3; cargo unless
 # SOLUS_BIN is set. Takes about 10 minutes by default (12 runs of BENCH_SECONDS,
@@ -175,6 +176,23 @@ absent="$(anchor --deduper "$xd" --op check --batch 500 --concurrency 1 --key-sp
 [[ "$absent" == 0 ]] || die "cross-check: the anchor finds $absent absent among keys Solus and it added (want 0)"
 echo "cross-check passed: Solus and the anchor see each other's adds" >&2
 
+# Waits until the HBase JVM uses under 0.1 core over 2 s, twice in a row (a
+# compaction takes about one), at most SETTLE_MAX_SECONDS; prints the seconds
+# waited, or "over $settle_max" when capped.
+quiet() {
+    local start=$SECONDS calm=0 a b
+    while ((SECONDS - start < settle_max)); do
+        a="$(cpu_s "$master_pid")"; sleep 2; b="$(cpu_s "$master_pid")"
+        if awk -v a="$a" -v b="$b" 'BEGIN { exit !((b - a) / 2 < 0.1) }'; then
+            calm=$((calm + 1))
+            ((calm < 2)) || { echo "$((SECONDS - start))"; return; }
+        else
+            calm=0
+        fi
+    done
+    echo "over $settle_max"
+}
+
 # run SYSTEM OP BATCH: one run; writes "eps p99 failed rs_cpu_per_1k thrift_cpu_per_1k" to $work/last
 # and appends the JSON line to $work/raw. Not run in a $(...): its failures must end the script.
 run() {
@@ -184,7 +202,9 @@ run() {
         # store files to compact; without this the later run pays for them
         # (measured: Add at batch 10,000 0.83x with the anchor first, 0.52x with Solus first).
         out="$(anchor --deduper "$deduper" --op settle --duration "$settle_max")"
-        echo "   settled: $out" >&2
+        # A compaction HBase starts only after the flush would still land in
+        # this run: wait until its JVM is idle too.
+        echo "   settled: $out; HBase idle after $(quiet) s" >&2
     fi
     # A seed of its own per run: a run replaying an earlier run's keys would
     # find them all present (the anchor then writes nothing in add-if-absent).
