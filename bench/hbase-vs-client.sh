@@ -29,7 +29,7 @@
 # 2 s, twice), so no run pays for the one before it; 0 skips), RAW_OUT (a file
 # that gets every run's JSON line). SOLUS_HBASE_HEAP / SOLUS_HBASE_THRIFT_HEAP
 # as deploy/hbase/standalone.sh. Needs Java 11+, Maven, Python 3; cargo unless
-# SOLUS_BIN is set. Takes about 10 minutes by default (12 runs of BENCH_SECONDS,
+# SOLUS_BIN is set. Takes 10-15 minutes by default (12 runs of BENCH_SECONDS, each after HBase idles;
 # a batch-10,000 request can run past it; HBase start-up; the cross-check).
 set -euo pipefail
 cd "$(dirname "$0")/.."
