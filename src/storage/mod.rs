@@ -88,7 +88,7 @@ pub struct ClockOffset {
 }
 
 /// A storage failure.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StorageError {
     /// The store cannot be reached or failed an operation; worth retrying later.
     #[error("storage unavailable: {0}")]

@@ -92,12 +92,12 @@ impl Combiner {
                 Ok(Ok(cells)) => {
                     let e =
                         StorageError::Corrupt(format!("a round answered {} of {} requests", cells.len(), ids.len()));
-                    q.results.extend(ids.into_iter().map(|i| (i, Err(copy(&e)))));
+                    q.results.extend(ids.into_iter().map(|i| (i, Err(e.clone()))));
                 }
-                Ok(Err(e)) => q.results.extend(ids.into_iter().map(|i| (i, Err(copy(&e))))),
+                Ok(Err(e)) => q.results.extend(ids.into_iter().map(|i| (i, Err(e.clone())))),
                 Err(_) => {
                     let e = StorageError::Unavailable("an AddIfAbsent round panicked".into());
-                    q.results.extend(ids.into_iter().map(|i| (i, Err(copy(&e)))));
+                    q.results.extend(ids.into_iter().map(|i| (i, Err(e.clone()))));
                 }
             }
             self.finished.notify_all();
@@ -124,19 +124,11 @@ fn take_round(pending: &mut VecDeque<(u64, Member)>) -> (Vec<u64>, Vec<Member>) 
     (ids, members)
 }
 
-/// The same error for another member of a failed round.
-fn copy(e: &StorageError) -> StorageError {
-    match e {
-        StorageError::Unavailable(s) => StorageError::Unavailable(s.clone()),
-        StorageError::AlreadyExists => StorageError::AlreadyExists,
-        StorageError::Corrupt(s) => StorageError::Corrupt(s.clone()),
-        StorageError::Precondition(s) => StorageError::Precondition(s.clone()),
-        StorageError::Capacity(s) => StorageError::Capacity(s.clone()),
-    }
-}
-
 /// The sorted, unique union of the members' bits: what a round reads.
 pub fn union(members: &[Member]) -> Vec<BitAddr> {
+    if let [one] = members {
+        return one.bits.clone(); // already sorted and unique
+    }
     let mut all: Vec<BitAddr> = members.iter().flat_map(|m| m.bits.iter().copied()).collect();
     all.sort_unstable();
     all.dedup();
@@ -149,10 +141,16 @@ pub fn union(members: &[Member]) -> Vec<BitAddr> {
 /// member's expiry (cell timestamps are expiry times; HBase returns the
 /// newest).
 pub fn answers(members: &[Member], union: &[BitAddr], cells: &[Cell]) -> Vec<Vec<Cell>> {
+    if let [_] = members {
+        // A round of one (the usual case): the union is its own bits.
+        return vec![cells.to_vec()];
+    }
     let mut written: HashMap<BitAddr, i64> = HashMap::new();
+    let last = members.len() - 1;
     members
         .iter()
-        .map(|m| {
+        .enumerate()
+        .map(|(i, m)| {
             let mine = m
                 .bits
                 .iter()
@@ -164,9 +162,12 @@ pub fn answers(members: &[Member], union: &[BitAddr], cells: &[Cell]) -> Vec<Vec
                     c
                 })
                 .collect();
-            for a in &m.bits {
-                let e = written.entry(*a).or_insert(m.expire_ms);
-                *e = (*e).max(m.expire_ms);
+            if i < last {
+                // Only later members read what this one wrote.
+                for a in &m.bits {
+                    let e = written.entry(*a).or_insert(m.expire_ms);
+                    *e = (*e).max(m.expire_ms);
+                }
             }
             mine
         })
@@ -212,6 +213,9 @@ mod tests {
             vec![at(Some(500)), at(Some(450)), at(Some(500))],
             "the second reads the first's writes"
         );
+        let one = &members[..1];
+        assert_eq!(union(one), members[0].bits, "a round of one reads its own bits");
+        assert_eq!(answers(one, &union(one), &read[..2]), vec![read[..2].to_vec()]);
     }
 
     #[test]
