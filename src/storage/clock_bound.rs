@@ -67,8 +67,8 @@ struct State {
     verdict: Verdict,
     /// The offset last written to the log, ms.
     logged_ms: Option<i64>,
-    /// Why the last probe (measurement or `ping`) failed; `None` once one
-    /// succeeds. Named by the refusal of writes while unmeasured.
+    /// Why the last probe (measurement or `ping`) failed; `None` once a
+    /// measurement succeeds. Named by the refusal of writes while unmeasured.
     last_failure: Option<String>,
 }
 
@@ -102,7 +102,8 @@ impl ClockBoundStore {
         self.state().verdict
     }
 
-    /// Keeps why a probe failed, for the refusal of writes while unmeasured.
+    /// Keeps why a measurement failed (cleared once one succeeds), for the
+    /// refusal of writes while unmeasured.
     fn probed<T>(&self, outcome: Result<T, StorageError>) -> Result<T, StorageError> {
         self.state().last_failure = outcome.as_ref().err().map(ToString::to_string);
         outcome
@@ -353,7 +354,12 @@ impl Store for ClockBoundStore {
     /// The inner store's probe, then a clock measurement: fails while the
     /// offset is beyond the bound, with the offset in the message.
     fn ping(&self) -> Result<(), StorageError> {
-        self.probed(self.inner.ping())?;
+        // A ping that answers is no measurement: the reason writes wait is
+        // kept until one succeeds (a create racing this ping names it).
+        if let Err(e) = self.inner.ping() {
+            self.state().last_failure = Some(e.to_string());
+            return Err(e);
+        }
         match self.measure()? {
             Verdict::Beyond(o) => Err(self.beyond(&o)),
             _ => Ok(()),
@@ -367,6 +373,8 @@ impl Store for ClockBoundStore {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::mpsc;
+
     use super::*;
     use crate::contract::sizing::Geometry;
     use crate::deduper::Level;
@@ -374,6 +382,8 @@ mod tests {
     /// A store whose every call succeeds and whose clock offset the test sets.
     struct Fake {
         offset: Mutex<Result<Option<ClockOffset>, String>>,
+        /// When set, the next measurement says it has begun and waits for go.
+        gate: Mutex<Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>>,
     }
 
     impl Fake {
@@ -437,6 +447,11 @@ mod tests {
             Ok(vec![None; ids.len()])
         }
         fn clock_offset(&self) -> Result<Option<ClockOffset>, StorageError> {
+            let gate = self.gate.lock().unwrap().take();
+            if let Some((begun, go)) = gate {
+                begun.send(()).unwrap();
+                go.recv().unwrap();
+            }
             self.offset.lock().unwrap().clone().map_err(StorageError::Unavailable)
         }
         fn ping(&self) -> Result<(), StorageError> {
@@ -454,6 +469,7 @@ mod tests {
     fn bound(max_offset_ms: u64, start: Result<Option<ClockOffset>, String>) -> (Arc<Fake>, ClockBoundStore) {
         let fake = Arc::new(Fake {
             offset: Mutex::new(start),
+            gate: Mutex::new(None),
         });
         let store = ClockBoundStore::new(fake.clone(), max_offset_ms, "the.setting");
         (fake, store)
@@ -541,5 +557,28 @@ mod tests {
         assert!(unshared.ping().is_ok());
         assert_eq!(allowed(&unshared), (true, true, true));
         assert_eq!(unshared.min_ttl_ms(), 0, "no shared clock, no TTL floor");
+    }
+
+    /// Found in CI (`create_names_why_the_clock_offset_is_not_measured`):
+    /// a health ping that answered cleared the failed measurement's reason
+    /// while the measurement after it ran, and a create in that window said
+    /// "no probe has answered yet".
+    #[test]
+    fn a_create_during_a_ping_names_the_failed_measurement() {
+        let (fake, s) = bound(500, Err("AccessDeniedException".into()));
+        let (begun_tx, begun_rx) = mpsc::channel();
+        let (go_tx, go_rx) = mpsc::channel();
+        *fake.gate.lock().unwrap() = Some((begun_tx, go_rx));
+        std::thread::scope(|scope| {
+            let pinger = scope.spawn(|| s.ping());
+            begun_rx.recv().unwrap();
+            let refused = s.create_deduper(&deduper()).unwrap_err().to_string();
+            go_tx.send(()).unwrap();
+            assert!(pinger.join().unwrap().is_err(), "the measurement still fails");
+            assert!(
+                refused.contains("not measured yet: the last probe failed: storage unavailable: AccessDeniedException"),
+                "{refused}"
+            );
+        });
     }
 }
