@@ -16,6 +16,7 @@
 //! with the expiry they wrote ([`answers`]). A lost swap sets the row's bits
 //! for every member, as it would for each of them alone (`guarded_round`).
 
+use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Condvar, Mutex};
 
@@ -124,6 +125,45 @@ fn take_round(pending: &mut VecDeque<(u64, Member)>) -> (Vec<u64>, Vec<Member>) 
     (ids, members)
 }
 
+/// Expiries at most this far apart (ms) are written as one, the latest of
+/// them: a backend may round an expiry up, never down (`Cell`), and a bit
+/// living up to a second longer changes no answer within its TTL.
+pub const MERGE_WITHIN_MS: i64 = 1000;
+
+/// What a round writes: the members grouped by expiry (each group's
+/// expiries within [`MERGE_WITHIN_MS`] of its earliest), each group as the
+/// sorted, unique union of its bits at the group's latest expiry. One
+/// `mutateRowsTs` per row per group instead of one per member: parallel
+/// writes into the same rows cost the region server memstore contention
+/// (docs/hbase.md "Where the region server spends it"). Borrowed for a
+/// group of one.
+pub fn writes(members: &[Member]) -> Vec<(Cow<'_, [BitAddr]>, i64)> {
+    let mut order: Vec<&Member> = members.iter().collect();
+    order.sort_by_key(|m| m.expire_ms);
+    let mut out = Vec::new();
+    let mut rest = order.as_slice();
+    while let Some(first) = rest.first() {
+        let n = rest
+            .iter()
+            .take_while(|m| m.expire_ms - first.expire_ms <= MERGE_WITHIN_MS)
+            .count();
+        let (group, after) = rest.split_at(n);
+        let latest = group[n - 1].expire_ms;
+        let bits = match group {
+            [one] => Cow::Borrowed(one.bits.as_slice()),
+            _ => {
+                let mut all: Vec<BitAddr> = group.iter().flat_map(|m| m.bits.iter().copied()).collect();
+                all.sort_unstable();
+                all.dedup();
+                Cow::Owned(all)
+            }
+        };
+        out.push((bits, latest));
+        rest = after;
+    }
+    out
+}
+
 /// The sorted, unique union of the members' bits: what a round reads.
 pub fn union(members: &[Member]) -> Vec<BitAddr> {
     if let [one] = members {
@@ -216,6 +256,39 @@ mod tests {
         let one = &members[..1];
         assert_eq!(union(one), members[0].bits, "a round of one reads its own bits");
         assert_eq!(answers(one, &union(one), &read[..2]), vec![read[..2].to_vec()]);
+    }
+
+    #[test]
+    fn writes_merge_expiries_within_a_second_upward_and_never_down() {
+        let members = [
+            member(&[(0, 3), (1, 1)], 10_000),
+            member(&[(0, 3), (0, 7)], 10_900),
+            member(&[(2, 2)], 12_500),
+            member(&[(0, 1)], 10_400),
+        ];
+        let got: Vec<(Vec<BitAddr>, i64)> = writes(&members).into_iter().map(|(b, e)| (b.into_owned(), e)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (vec![addr(0, 1), addr(0, 3), addr(0, 7), addr(1, 1)], 10_900),
+                (vec![addr(2, 2)], 12_500),
+            ]
+        );
+        // Every member's bits are written at its own expiry or later.
+        for m in &members {
+            for a in &m.bits {
+                assert!(got.iter().any(|(b, e)| b.contains(a) && *e >= m.expire_ms), "{a:?}");
+            }
+        }
+        // A chain of expiries 600 ms apart is cut where the group's span would pass a second.
+        let chain = [member(&[(0, 1)], 0), member(&[(0, 2)], 600), member(&[(0, 3)], 1200)];
+        let spans: Vec<i64> = writes(&chain).into_iter().map(|(_, e)| e).collect();
+        assert_eq!(spans, vec![600, 1200]);
+        let one = &members[..1];
+        assert!(
+            matches!(writes(one)[0].0, Cow::Borrowed(_)),
+            "a round of one writes its own bits"
+        );
     }
 
     #[test]

@@ -317,9 +317,9 @@ impl HbaseStore {
 
     /// One round of guarded `AddIfAbsent`s of `d` (`combine.rs`): hold the
     /// rows, read the union of the members' bits with the guards, (for a
-    /// round of one) `before_write` with the cells read, write each member's
-    /// bits, swap each row's guard once. Each member's cells as if the
-    /// members had run in order; the bits of a row whose swap was lost come
+    /// round of one) `before_write` with the cells read, write the members'
+    /// bits (grouped by expiry, `combine::writes`), swap each row's guard
+    /// once. Each member's cells as if the members had run in order; the bits of a row whose swap was lost come
     /// back as set.
     fn guarded_round(
         &self,
@@ -346,7 +346,8 @@ impl HbaseStore {
         if let (Some(before_write), [mine]) = (before_write, answers.as_slice()) {
             before_write(mine)?;
         }
-        let writes: Vec<(&[BitAddr], i64)> = members.iter().map(|m| (m.bits.as_slice(), m.expire_ms)).collect();
+        let merged = combine::writes(members);
+        let writes: Vec<(&[BitAddr], i64)> = merged.iter().map(|(bits, e)| (bits.as_ref(), *e)).collect();
         self.write_many(d, &writes)?;
         let ttl_ms = i64::try_from(d.expiry_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
         let won = in_parallel(&rows, self.parallel_calls(), OnError::Continue, |row| {
