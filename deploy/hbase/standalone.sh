@@ -83,6 +83,11 @@ usage() {
 # JVM flags HBase's own launcher (bin/hbase, 2.5+) sets on JDK 17.
 jdk17_flags=(
   -XX:+UseG1GC
+  # GZ (the S family's compression) deflates inside JNI critical regions;
+  # JDK 17's G1 fails an allocation with OutOfMemoryError after 2 waits for
+  # them ("Retried waiting for GCLocker too often", JDK-8192647) with the heap
+  # far from full: it killed the region server under bench/hbase-vs-client.sh.
+  -XX:+UnlockDiagnosticVMOptions -XX:GCLockerRetryAllocationCount=100
   -Dorg.apache.hbase.thirdparty.io.netty.tryReflectionSetAccessible=true
   --add-modules jdk.unsupported
   --add-opens java.base/java.nio=ALL-UNNAMED
