@@ -151,12 +151,7 @@ pub fn writes(members: &[Member]) -> Vec<(Cow<'_, [BitAddr]>, i64)> {
         let latest = group[n - 1].expire_ms;
         let bits = match group {
             [one] => Cow::Borrowed(one.bits.as_slice()),
-            _ => {
-                let mut all: Vec<BitAddr> = group.iter().flat_map(|m| m.bits.iter().copied()).collect();
-                all.sort_unstable();
-                all.dedup();
-                Cow::Owned(all)
-            }
+            _ => Cow::Owned(sorted_unique(group.iter().flat_map(|m| &m.bits))),
         };
         out.push((bits, latest));
         rest = after;
@@ -169,7 +164,11 @@ pub fn union(members: &[Member]) -> Vec<BitAddr> {
     if let [one] = members {
         return one.bits.clone(); // already sorted and unique
     }
-    let mut all: Vec<BitAddr> = members.iter().flat_map(|m| m.bits.iter().copied()).collect();
+    sorted_unique(members.iter().flat_map(|m| &m.bits))
+}
+
+fn sorted_unique<'a>(bits: impl Iterator<Item = &'a BitAddr>) -> Vec<BitAddr> {
+    let mut all: Vec<BitAddr> = bits.copied().collect();
     all.sort_unstable();
     all.dedup();
     all

@@ -319,8 +319,8 @@ impl HbaseStore {
     /// rows, read the union of the members' bits with the guards, (for a
     /// round of one) `before_write` with the cells read, write the members'
     /// bits (grouped by expiry, `combine::writes`), swap each row's guard
-    /// once. Each member's cells as if the members had run in order; the bits of a row whose swap was lost come
-    /// back as set.
+    /// once. Each member's cells as if the members had run in order; the
+    /// bits of a row whose swap was lost come back as set.
     fn guarded_round(
         &self,
         d: &Deduper,
