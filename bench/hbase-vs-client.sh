@@ -26,7 +26,9 @@
 # 60, of rest for HBase's flushes and compactions), SETTLE_MAX_SECONDS (300:
 # before every run the anchor flushes the table and waits, at most this long,
 # until no compaction runs, then until the HBase JVM idles (under 0.1 core over
-# 2 s, twice), so no run pays for the one before it; 0 skips), RAW_OUT (a file
+# 2 s, twice), so no run pays for the one before it; 0 skips), SETTLE_COMPACT (1:
+# the settle also major-compacts the table, so every run starts from one store
+# file per store; 0: flush only, the method of figures before 2026-12-03 18:00), RAW_OUT (a file
 # that gets every run's JSON line). SOLUS_HBASE_HEAP / SOLUS_HBASE_THRIFT_HEAP
 # as deploy/hbase/standalone.sh. Needs Java 11+, Maven, Python 3; cargo unless
 # SOLUS_BIN is set. Takes 10-15 minutes by default (12 runs of BENCH_SECONDS, each after HBase idles;
@@ -201,7 +203,11 @@ run() {
         # Fair order: the run before this one leaves memstores to flush and
         # store files to compact; without this the later run pays for them
         # (measured: Add at batch 10,000 0.83x with the anchor first, 0.52x with Solus first).
-        out="$(anchor --deduper "$deduper" --op settle --duration "$settle_max")"
+        # With SETTLE_COMPACT=1 a major compaction too: each run starts from one store file per
+        # store, so which run's flush crosses the minor-compaction threshold no longer depends on
+        # how many files the runs before it left.
+        out="$(anchor --deduper "$deduper" --op settle --duration "$settle_max" \
+            --major-compact "$([[ "$settle_compact" == 1 ]] && echo true || echo false)")"
         # A compaction HBase starts only after the flush would still land in
         # this run: wait until its JVM is idle too.
         echo "   settled: $out; HBase idle after $(quiet) s" >&2
@@ -233,6 +239,8 @@ EOF
 }
 
 settle_max="${SETTLE_MAX_SECONDS:-300}"
+settle_compact="${SETTLE_COMPACT:-1}"
+[[ "$settle_compact" == 0 || "$settle_compact" == 1 ]] || die "SETTLE_COMPACT must be 0 or 1, got '$settle_compact'"
 seed=100  # run seeds: 101, 102, ...
 fill="${FILL:-0}"
 if ((fill > 0)); then

@@ -274,7 +274,7 @@ impl HbaseStore {
     }
 
     /// Writes each `(bits, expire_ms)`: its own `mutateRowsTs` calls (one
-    /// timestamp per call), all of them in parallel.
+    /// timestamp per call), at most [`MAX_PARALLEL_WRITES`] at once.
     fn write_many(&self, d: &Deduper, writes: &[(&[BitAddr], i64)]) -> Result<(), StorageError> {
         if writes.iter().all(|(bits, _)| bits.is_empty()) {
             return Ok(());
@@ -294,7 +294,7 @@ impl HbaseStore {
         let what = format!("mutateRowsTs {table}");
         in_parallel(
             &calls,
-            self.parallel_calls(),
+            parallel_writes(self.config.pool_size),
             OnError::Continue,
             |(batches, expire_ms)| {
                 let cells = batches.iter().map(|b| b.mutations.as_ref().map_or(0, Vec::len)).sum();
@@ -391,12 +391,24 @@ fn touched_rows(d: &Deduper, bits: &[BitAddr]) -> BTreeSet<Vec<u8>> {
 /// Most HBase calls one request runs at once (each on its own pooled connection).
 const MAX_PARALLEL_CALLS: usize = 8;
 
+/// Most `mutateRowsTs` calls one request runs at once: its writes land in
+/// the same region's memstore and contend there (Add at batch 10,000 on
+/// real HBase: 1.13x-1.20x of HBase's client with 2, 0.83x with 8; see
+/// docs/hbase.md "Two write calls at once").
+const MAX_PARALLEL_WRITES: usize = 2;
+
 /// Calls one request may run at once with a pool of `pool_size`
 /// connections: at most half the pool (and [`MAX_PARALLEL_CALLS`]), so one
 /// big request split into many calls leaves connections - and the Thrift
 /// server's threads, one per connection - to the others.
 fn parallel_calls(pool_size: u32) -> usize {
     (pool_size as usize / 2).clamp(1, MAX_PARALLEL_CALLS)
+}
+
+/// `mutateRowsTs` calls one request may run at once: [`parallel_calls`],
+/// at most [`MAX_PARALLEL_WRITES`].
+fn parallel_writes(pool_size: u32) -> usize {
+    parallel_calls(pool_size).min(MAX_PARALLEL_WRITES)
 }
 
 /// What [`in_parallel`] does with the calls not started yet once one failed.
@@ -718,6 +730,11 @@ mod tests {
         });
         assert!(failed.is_err());
         assert_eq!(made.load(Ordering::SeqCst), 1000, "writes all made");
+    }
+
+    #[test]
+    fn a_request_writes_at_most_two_calls_at_once() {
+        assert_eq!([1, 2, 4, 16, 64].map(parallel_writes), [1, 1, 2, 2, 2]);
     }
 
     #[test]

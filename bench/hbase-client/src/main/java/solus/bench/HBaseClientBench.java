@@ -181,6 +181,7 @@ public final class HBaseClientBench {
     Integer shards, bitsPerShard, hashFunctions;
     Long expirySeconds;
     Path vectors;
+    boolean majorCompact = false;
 
     static final String HELP = String.join("\n",
         "HBaseClientBench: Solus's work with HBase's own client (see the class comment).",
@@ -193,6 +194,7 @@ public final class HBaseClientBench {
         "  --expiry-seconds S      cell TTL (default: the deduper's expiry from its meta row, else 86400)",
         "  --op add-if-absent|check|add|settle   (add-if-absent); settle flushes --table's memstores",
         "                          and waits (at most --duration, default 10 s) until no compaction runs",
+        "  --major-compact true|false   settle then major-compacts the table and waits for it (false)",
         "  --batch N               entities per request (1000)",
         "  --concurrency N         threads, one request in flight each (4)",
         "  --key-space N           keys key:<12 digits>, i uniform in [0, N) as `solus bench` (1000000)",
@@ -230,6 +232,10 @@ public final class HBaseClientBench {
             case "--hash-functions": o.hashFunctions = Integer.parseInt(v); break;
             case "--expiry-seconds": o.expirySeconds = Long.parseLong(v); break;
             case "--vectors": o.vectors = Path.of(v); break;
+            case "--major-compact":
+              if (!v.equals("true") && !v.equals("false")) usage("--major-compact takes true or false, got '" + v + "'");
+              o.majorCompact = v.equals("true");
+              break;
             default: usage("unknown option " + a);
           }
         } catch (NumberFormatException e) {
@@ -418,9 +424,11 @@ public final class HBaseClientBench {
   }
 
   /**
-   * Flushes the table and waits until no compaction runs on it, at most
-   * {@code --duration} seconds, so the next measured run starts with empty
-   * memstores and pays for no earlier run's flushes or compactions. Prints
+   * Flushes the table and waits until no compaction runs on it (with
+   * {@code --major-compact true}, then major-compacts it and waits again), at
+   * most {@code --duration} seconds in all, so the next measured run starts
+   * with empty memstores (and one store file per store) and pays for no
+   * earlier run's flushes or compactions. Prints
    * one JSON line: seconds waited and whether HBase settled in time.
    */
   static void settle(Connection conn, Opts o) throws IOException, InterruptedException {
@@ -451,6 +459,17 @@ public final class HBaseClientBench {
         if (state == CompactionState.NONE && memstore <= (1 << 20)) break;
         Thread.sleep(500);
       } while (System.nanoTime() < deadline);
+      if (o.majorCompact && state == CompactionState.NONE && memstore <= (1 << 20)) {
+        // One store file per store afterwards: the next run's flushes then reach the minor-compaction
+        // threshold at the same point whichever system wrote before it.
+        admin.majorCompact(tn);
+        Thread.sleep(1000); // the request is queued; its state shows once the compaction starts
+        do {
+          state = admin.getCompactionState(tn);
+          if (state == CompactionState.NONE) break;
+          Thread.sleep(500);
+        } while (System.nanoTime() < deadline);
+      }
     }
     double waited = (System.nanoTime() - start) / 1e9;
     boolean settled = state == CompactionState.NONE && memstore <= (1 << 20);
