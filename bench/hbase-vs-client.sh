@@ -29,7 +29,8 @@
 # 2 s, twice), so no run pays for the one before it; 0 skips), SETTLE_COMPACT (1:
 # the settle also major-compacts the table, so every run starts from one store
 # file per store; 0: flush only, the method of figures before 2026-12-03 18:00), RAW_OUT (a file
-# that gets every run's JSON line). SOLUS_HBASE_HEAP / SOLUS_HBASE_THRIFT_HEAP
+# that gets every run's JSON line), KEEP_LOGS (0: logs are kept only when the
+# script fails; 1: always, HBase's too, in a /tmp/solus-hbase-vs-client-logs.* directory). SOLUS_HBASE_HEAP / SOLUS_HBASE_THRIFT_HEAP
 # as deploy/hbase/standalone.sh. Needs Java 11+, Maven, Python 3; cargo unless
 # SOLUS_BIN is set. Takes 10-15 minutes by default (12 runs of BENCH_SECONDS, each after HBase idles;
 # a batch-10,000 request can run past it; HBase start-up; the cross-check).
@@ -74,11 +75,11 @@ own_hbase=""
 cleanup() {
     local rc=$?
     [[ -z "$server_pid" ]] || kill "$server_pid" 2>/dev/null || true
-    if ((rc != 0)) && [[ -d "$work" ]]; then # keep the logs of a failed run, drop the data
+    if { ((rc != 0)) || [[ "${KEEP_LOGS:-0}" == 1 ]]; } && [[ -d "$work" ]]; then # keep the logs, drop the data
         keep="$(mktemp -d /tmp/solus-hbase-vs-client-logs.XXXXXX)"
         cp "$work"/*.log "$keep"/ 2>/dev/null || true
         [[ -z "$own_hbase" ]] || cp -r "$own_hbase/logs" "$keep/hbase-logs" 2>/dev/null || true
-        echo "bench/hbase-vs-client.sh: failed; logs kept in $keep" >&2
+        echo "bench/hbase-vs-client.sh: $( ((rc != 0)) && echo failed || echo done); logs kept in $keep" >&2
     fi
     [[ -z "$own_hbase" ]] || deploy/hbase/standalone.sh stop "$own_hbase" >/dev/null 2>&1 || true
     rm -rf "$work"

@@ -393,7 +393,7 @@ const MAX_PARALLEL_CALLS: usize = 8;
 
 /// Most `mutateRowsTs` calls one request runs at once: its writes land in
 /// the same region's memstore and contend there (Add at batch 10,000 on
-/// real HBase: 1.13x-1.20x of HBase's client with 2, 0.83x with 8; see
+/// real HBase: 1.12x-1.15x of HBase's client with 2, 1.06x-1.11x with 8; see
 /// docs/hbase.md "Two write calls at once").
 const MAX_PARALLEL_WRITES: usize = 2;
 
