@@ -93,14 +93,6 @@ fn read_port(dir: &Path, name: &str) -> Option<SocketAddr> {
     Some(SocketAddr::from(([127, 0, 0, 1], port)))
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 impl RealHbase {
     /// The shared real HBase, or `None` (with one printed line) when it
     /// cannot be had here.
@@ -137,7 +129,13 @@ impl RealHbase {
             }
         }
         let dir = std::env::temp_dir().join(format!("solus-real-hbase-{}", std::process::id()));
-        let (thrift, framed) = (free_port(), free_port());
+        // Held together so the two ports differ.
+        let (t, f) = (
+            std::net::TcpListener::bind("127.0.0.1:0").unwrap(),
+            std::net::TcpListener::bind("127.0.0.1:0").unwrap(),
+        );
+        let (thrift, framed) = (t.local_addr().unwrap().port(), f.local_addr().unwrap().port());
+        drop((t, f));
         eprintln!(
             "starting a real HBase for these tests in {} (standalone.sh)",
             dir.display()
