@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -13,11 +12,8 @@ use solus::api::pb;
 use solus::api::pb::deduper_admin_service_client::DeduperAdminServiceClient;
 use solus::api::pb::deduper_service_client::DeduperServiceClient;
 
+use common::ports::free_port;
 use common::{absent_all, connect_when_healthy as connect, create_np, ents};
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 fn spawn_server(port: u16, data: &std::path::Path, fsync: bool) -> Child {
     Command::new(env!("CARGO_BIN_EXE_solus"))

@@ -2,13 +2,15 @@
 //! error names what happened, the flag or setting involved, and what to do
 //! next, in the command line's words. One test per class of mistake.
 
+mod common;
 mod process;
 
 use std::net::TcpListener;
 use std::process::Stdio;
 use std::time::Duration;
 
-use process::{SolusProcess, free_port};
+use common::ports::free_port;
+use process::SolusProcess;
 
 /// Runs `solus <args>` with `env`; returns (success, stdout, stderr).
 async fn solus(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {

@@ -82,7 +82,10 @@ async fn a_corrupt_journal_record_is_reported_not_silently_dropped_with_those_af
     let mut child = Command::new(env!("CARGO_BIN_EXE_solus"))
         .arg("serve")
         .env_remove("RUST_LOG")
-        .env("SOLUS__SERVER__LISTEN", format!("127.0.0.1:{}", process::free_port()))
+        .env(
+            "SOLUS__SERVER__LISTEN",
+            format!("127.0.0.1:{}", common::ports::free_port()),
+        )
         .env("SOLUS__METRICS__LISTEN", "")
         .env(path_env.0, &path_env.1)
         .stdout(Stdio::null())

@@ -23,6 +23,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use common::ports::free_port;
 use common::*;
 use solus::config::Settings;
 use solus::storage::Store;
@@ -45,10 +46,6 @@ fn on_path(tool: &str) -> bool {
         .output()
         .map(|o| o.status.success())
         .unwrap_or(false)
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 fn script(path: &str) -> PathBuf {

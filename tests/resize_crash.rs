@@ -9,7 +9,6 @@
 
 mod common;
 
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -20,6 +19,7 @@ use solus::api::pb::deduper_service_client::DeduperServiceClient;
 use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 
+use common::ports::free_port;
 use common::{TestBackend, absent_all, connect_when_healthy as connect, create_np, ents};
 
 /// The deduper's expiry, in s: short, so the test reaches the retirement
@@ -30,10 +30,6 @@ fn expiry_s(storage: &Storage) -> u64 {
         Storage::Embedded(_) => 4,
         Storage::Hbase(_) => 12,
     }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// Where the spawned servers keep their data.

@@ -14,6 +14,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 
+pub mod ports;
 pub mod real_hbase;
 pub use real_hbase::{RawClient, RealHbase, connect_raw};
 

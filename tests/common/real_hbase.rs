@@ -129,13 +129,7 @@ impl RealHbase {
             }
         }
         let dir = std::env::temp_dir().join(format!("solus-real-hbase-{}", std::process::id()));
-        // Held together so the two ports differ.
-        let (t, f) = (
-            std::net::TcpListener::bind("127.0.0.1:0").unwrap(),
-            std::net::TcpListener::bind("127.0.0.1:0").unwrap(),
-        );
-        let (thrift, framed) = (t.local_addr().unwrap().port(), f.local_addr().unwrap().port());
-        drop((t, f));
+        let [thrift, framed] = super::ports::free_ports();
         eprintln!(
             "starting a real HBase for these tests in {} (standalone.sh)",
             dir.display()

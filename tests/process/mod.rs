@@ -3,28 +3,12 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::transport::Channel;
-
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// Two distinct free loopback ports: both listeners are held until both are
-/// chosen (two `free_port()` calls in a row can return the same port; CI saw
-/// the gRPC and metrics ports collide).
-pub fn two_free_ports() -> (u16, u16) {
-    let (a, b) = (
-        TcpListener::bind("127.0.0.1:0").unwrap(),
-        TcpListener::bind("127.0.0.1:0").unwrap(),
-    );
-    (a.local_addr().unwrap().port(), b.local_addr().unwrap().port())
-}
 
 /// A running `solus serve`.
 pub struct SolusProcess {
@@ -48,7 +32,7 @@ impl SolusProcess {
     /// As [`SolusProcess::start`], listening on `host`.
     pub async fn start_on(host: &str, env: &[(&str, String)]) -> SolusProcess {
         let dir = tempfile::tempdir().unwrap();
-        let (port, metrics_port) = two_free_ports();
+        let [port, metrics_port] = crate::common::ports::free_ports();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_solus"));
         cmd.arg("serve")
             .env_remove("RUST_LOG")
