@@ -18,8 +18,6 @@
 //! entities it found present *after* reading their bits. An attempt that
 //! sees another attempt's bits therefore also sees that attempt's record.
 
-use std::io::Cursor;
-
 use super::EngineError;
 use crate::storage::{RecordFingerprint, StorageError};
 
@@ -32,7 +30,7 @@ const FINGERPRINT_SEED: u32 = 0x5245_434f;
 
 /// The 64-bit fingerprint of an entity that a remembered record holds.
 pub fn fingerprint(entity: &[u8]) -> RecordFingerprint {
-    murmur3::murmur3_x64_128(&mut Cursor::new(entity), FINGERPRINT_SEED).map_or(0, |h| h as u64)
+    crate::contract::hashing::murmur3_x64_128_seeded(entity, FINGERPRINT_SEED) as u64
 }
 
 /// Checks `record_ids` against `entities` entities: none, or exactly one

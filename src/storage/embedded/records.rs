@@ -20,7 +20,6 @@
 //! lives on in the later batch.
 
 use std::collections::HashMap;
-use std::io::Cursor;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -89,7 +88,7 @@ impl Drop for Locked<'_> {
 
 /// The 128-bit hash a record id is kept under.
 pub fn id_hash(id: &[u8]) -> u128 {
-    murmur3::murmur3_x64_128(&mut Cursor::new(id), 0).unwrap_or(0)
+    crate::contract::hashing::murmur3_x64_128_seeded(id, 0)
 }
 
 /// The prefix of every on-disk key of one deduper's records.
