@@ -1,29 +1,44 @@
-//! The `AddIfAbsent` guard: optimistic concurrency per shard row, so two
-//! replicas racing on the same new entity do not both answer "absent".
+//! The `AddIfAbsent` guard: a claim per shard row, so two replicas racing
+//! on the same new entity do not both answer "absent", and neither answers
+//! "present" for an entity only the other one sent.
 //!
-//! Each data row may carry one guard cell, `S:solus#guard`, holding a random
-//! 16-byte nonce. An `AddIfAbsent`:
-//! 1. reads the guard of every shard row it touches **no later than** it
-//!    reads their bits (in the same `getRowsWithColumns` call when the read
-//!    is one call, which HBase answers atomically per row; else in a call
-//!    made first);
-//! 2. writes its bits (`mutateRowsTs`, as any add);
-//! 3. swaps each row's guard from the value it read to a fresh nonce with
-//!    `checkAndPut` (atomic per row in HBase).
+//! Each data row may carry one guard cell, `S:solus#guard`. Its value is
+//! *free* (16 random bytes, or no cell) or *claimed* ([`CLAIM_TAG`] and 16
+//! random bytes: a request is writing the row). An `AddIfAbsent`:
+//! 1. reads each touched row's guard **no later than** its bits (in the same
+//!    `getRowWithColumns` call when it can, which HBase answers atomically
+//!    per row; else in a call made first);
+//! 2. claims every row: `checkAndPut` of the guard from the value it read to
+//!    its own claim value (atomic per row in HBase). A row found claimed is
+//!    waited for; a row whose claim fails is read again (bits and guard) and
+//!    claimed again ([`claim`]);
+//! 3. answers from what it read, writes its bits (`mutateRowsTs`, as any
+//!    add), and
+//! 4. releases each row: `checkAndPut` from its claim value to a fresh free
+//!    value.
 //!
-//! Of two requests that both read a row before either wrote it, the second
-//! swap fails: the guard is no longer what it read. That request then treats
-//! every bit of that row as set, so its entities there answer "present".
-//! A request that read after the other's swap read after its bits too
-//! (bits are written before the swap) and sees them. So at most one of any
-//! set of racing requests answers "absent" for an entity - the price is a
-//! "present" for genuinely new entities that only share a shard row with a
-//! concurrent request (a false positive, counted against p only under
-//! contention), and one `checkAndPut` per touched row. A swap whose answer
-//! was lost is not retried (it could have succeeded: the row is taken as
-//! lost, the safe side). The guard cell carries the deduper's `_ttl`.
+//! Why it holds: a request only answers from a read whose guard value was
+//! still in place when its claim landed. Every request that wrote bits
+//! changed the guard after that read (its claim), and put a fresh value back
+//! only after its bits had landed (its release); values are random and never
+//! come back, so a claim that succeeds read every completed writer's bits.
+//! Two claims of a row never overlap, so a request never writes under
+//! another's read. A request waits for one row only while it holds no row
+//! after it in the rows' order (`claim` gives those back first), so two
+//! requests never wait for each other.
+//!
+//! A claim left by a replica that died (or stalled) is taken over once the
+//! same claim value has been seen for [`CLAIM_LEASE`] on this process's
+//! monotonic clock (no clock of another machine is involved). The stalled
+//! holder then fails its release, and answers "present" for that row: the
+//! safe side, counted against p, logged. A release whose answer is lost is
+//! treated the same way. The guard cell carries the deduper's `_ttl`.
+//!
+//! Cost: two `checkAndPut`s per touched row per round (`combine.rs`), plus
+//! re-reads only under contention (docs/hbase.md, "The AddIfAbsent guard").
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use hbase_thrift::hbase::{THbaseSyncClient, TRowResult};
 
@@ -37,6 +52,24 @@ use crate::storage::StorageError;
 /// as a bit, and no bit qualifier is text).
 pub const GUARD_QUALIFIER: &str = "solus#guard";
 
+/// First byte of a claimed guard value (17 bytes long; free values, this
+/// version's and earlier versions', are 16 bytes or empty).
+pub const CLAIM_TAG: u8 = 0xC1;
+
+/// How long a claim must be seen unchanged before it is taken over as
+/// abandoned. A live holder keeps a row for one write of its bits (tens of
+/// ms; a write call may take up to 21 s on an overloaded HBase, see
+/// `data::write_read_timeout_ms`, and then answers "present" for the row).
+pub const CLAIM_LEASE: Duration = Duration::from_secs(10);
+
+/// Longest a request waits for its rows in all before failing `Unavailable`
+/// with nothing written: past one lease, so an abandoned claim is taken over
+/// first.
+pub const CLAIM_BUDGET: Duration = Duration::from_secs(25);
+
+/// Longest pause between two looks at a claimed row.
+const MAX_PAUSE: Duration = Duration::from_millis(50);
+
 /// `S:solus#guard` as a Thrift column.
 pub fn column() -> Vec<u8> {
     codec::column(layout::DATA_FAMILY, GUARD_QUALIFIER)
@@ -45,9 +78,9 @@ pub fn column() -> Vec<u8> {
 /// Guard cell values by row key.
 pub type GuardValues = BTreeMap<Vec<u8>, Vec<u8>>;
 
-/// Guard values by row key, from rows HBase returned (rows without one map
-/// to an empty value: `checkAndPut` with an empty expected value matches an
-/// absent cell).
+/// Guard values by row key, from rows HBase returned (rows without one are
+/// left out: their value is empty, and `checkAndPut` with an empty expected
+/// value matches an absent cell).
 pub fn values(rows: &[TRowResult]) -> GuardValues {
     let col = column();
     rows.iter()
@@ -58,17 +91,35 @@ pub fn values(rows: &[TRowResult]) -> GuardValues {
         .collect()
 }
 
-/// Swaps the guard of `row` from `expected` to a fresh nonce. Ok(false) when
-/// another request swapped it first (or the answer was lost).
+/// A fresh free guard value.
+pub fn free_value() -> Vec<u8> {
+    rand::random::<[u8; 16]>().to_vec()
+}
+
+/// A fresh claim value.
+pub fn claim_value() -> Vec<u8> {
+    let mut v = vec![CLAIM_TAG];
+    v.extend_from_slice(&rand::random::<[u8; 16]>());
+    v
+}
+
+/// Whether `value` is a claim (some request is writing the row).
+pub fn is_claimed(value: &[u8]) -> bool {
+    value.len() == 17 && value[0] == CLAIM_TAG
+}
+
+/// Swaps the guard of `row` from `expected` to `new` with `checkAndPut`.
+/// Ok(false) when the guard held something else. Made once: a lost answer
+/// is an error, and the caller reads the guard to learn what happened.
 pub fn swap(
     pool: &Pool,
     tables: &Tables,
     table: &str,
     row: &[u8],
     expected: &[u8],
+    new: &[u8],
     ttl_ms: i64,
 ) -> Result<bool, StorageError> {
-    let nonce: [u8; 16] = rand::random();
     let what = format!("checkAndPut {table} (AddIfAbsent guard)");
     let attributes: Attributes = codec::ttl_attributes(ttl_ms);
     tables.on_table(pool, table, &what, || {
@@ -78,31 +129,163 @@ pub fn swap(
                 row.to_vec(),
                 column(),
                 expected.to_vec(),
-                codec::put(column(), nonce.to_vec()),
+                codec::put(column(), new.to_vec()),
                 attributes.clone(),
             )
         })
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use hbase_thrift::hbase::TCell;
+/// The guard value of `row` alone (empty when it has none): one cheap
+/// `getRowWithColumns` while waiting for a claimed row.
+pub fn read(pool: &Pool, tables: &Tables, table: &str, row: &[u8]) -> Result<Vec<u8>, StorageError> {
+    let what = format!("getRowWithColumns {table} (AddIfAbsent guard)");
+    let rows = tables.on_table(pool, table, &what, || {
+        pool.call(Retry::Idempotent, |c| {
+            c.get_row_with_columns(
+                table.as_bytes().to_vec(),
+                row.to_vec(),
+                vec![column()],
+                Attributes::new(),
+            )
+        })
+    })?;
+    Ok(values(&rows).into_values().next().unwrap_or_default())
+}
 
-    #[test]
-    fn guard_values_by_row_and_absent_ones_left_out() {
-        let cell = |v: &[u8]| TCell::new(v.to_vec(), 1);
-        let rows = vec![
-            TRowResult::new(b"r1".to_vec(), BTreeMap::from([(column(), cell(b"n1"))]), None),
-            TRowResult::new(
-                b"r2".to_vec(),
-                BTreeMap::from([(b"S:7#ttl".to_vec(), cell(&[0; 8]))]),
-                None,
-            ),
-        ];
-        let got = values(&rows);
-        assert_eq!(got, BTreeMap::from([(b"r1".to_vec(), b"n1".to_vec())]));
-        assert_eq!(column(), b"S:solus#guard");
+/// What [`claim`] needs of the touched rows, by index in the order rows are
+/// claimed (the same order in every replica: shard order).
+pub trait Rows {
+    /// Reads row `i`'s bits again with its guard (the guard no later than
+    /// the bits), keeping the cells for the answer; returns the guard value.
+    fn reread(&mut self, i: usize) -> Result<Vec<u8>, StorageError>;
+    /// Row `i`'s guard value alone.
+    fn peek(&self, i: usize) -> Result<Vec<u8>, StorageError>;
+    /// `checkAndPut` of each `(i, expected, new)`, in parallel; each answer
+    /// on its own (an error says nothing about the others).
+    fn swap_many(&self, swaps: &[(usize, Vec<u8>, Vec<u8>)]) -> Vec<Result<bool, StorageError>>;
+}
+
+/// Claims every row, given `expected[i]`, the guard value read with row
+/// `i`'s bits (updated as rows are read again). Returns this request's
+/// claim value per row, all held. First all free rows at once (the usual,
+/// uncontended case: one parallel round of `checkAndPut`s); if one is
+/// missing, the rows held after the first missing one are given back
+/// (nothing was written under them), and the rest are taken one by one in
+/// order, waiting for claimed rows. Errors: `Unavailable` past
+/// [`CLAIM_BUDGET`] or on a failed call, after giving back every row held.
+pub fn claim(rows: &mut impl Rows, expected: &mut [Vec<u8>]) -> Result<Vec<Vec<u8>>, StorageError> {
+    let started = Instant::now();
+    let n = expected.len();
+    let mine: Vec<Vec<u8>> = (0..n).map(|_| claim_value()).collect();
+    let free: Vec<(usize, Vec<u8>, Vec<u8>)> = (0..n)
+        .filter(|&i| !is_claimed(&expected[i]))
+        .map(|i| (i, expected[i].clone(), mine[i].clone()))
+        .collect();
+    let mut held = vec![false; n];
+    let mut failed = None;
+    for ((i, ..), won) in free.iter().zip(rows.swap_many(&free)) {
+        match won {
+            Ok(won) => held[*i] = won,
+            Err(e) => failed = Some(e),
+        }
+    }
+    if let Some(e) = failed {
+        give_back(rows, &mine, expected);
+        return Err(e);
+    }
+    let Some(first) = held.iter().position(|h| !h) else {
+        return Ok(mine);
+    };
+    let back: Vec<(usize, Vec<u8>, Vec<u8>)> = (first..n)
+        .filter(|&i| held[i])
+        .map(|i| (i, mine[i].clone(), expected[i].clone()))
+        .collect();
+    rows.swap_many(&back);
+    for i in first..n {
+        if let Err(e) = acquire(rows, i, &mut expected[i], &mine[i], started) {
+            give_back(rows, &mine, expected);
+            return Err(e);
+        }
+    }
+    Ok(mine)
+}
+
+/// Takes row `i` alone: waits while another request's claim is on it
+/// (taking it over once the same claim has been seen for [`CLAIM_LEASE`]),
+/// and reads it again after a lost `checkAndPut`.
+fn acquire(
+    rows: &mut impl Rows,
+    i: usize,
+    expected: &mut Vec<u8>,
+    mine: &[u8],
+    started: Instant,
+) -> Result<(), StorageError> {
+    let mut seen: Option<(Vec<u8>, Instant)> = None;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        if expected.as_slice() == mine {
+            return Ok(()); // an earlier swap landed though its answer was lost
+        }
+        if started.elapsed() > CLAIM_BUDGET {
+            return Err(StorageError::Unavailable(format!(
+                "AddIfAbsent could not claim a shard row within {} s: other replicas kept it \
+                 (nothing was written; retry)",
+                CLAIM_BUDGET.as_secs()
+            )));
+        }
+        if is_claimed(expected) && !abandoned(expected, &mut seen) {
+            std::thread::sleep(jittered(pause));
+            pause = (pause * 2).min(MAX_PAUSE);
+            if rows.peek(i)? != *expected {
+                *expected = rows.reread(i)?;
+            }
+            continue;
+        }
+        let swap = [(i, expected.clone(), mine.to_vec())];
+        match rows.swap_many(&swap).pop() {
+            Some(Ok(true)) => return Ok(()),
+            Some(Ok(false)) | Some(Err(_)) | None => *expected = rows.reread(i)?,
+        }
     }
 }
+
+/// Whether the claim `value` has been seen unchanged for [`CLAIM_LEASE`]:
+/// `seen` remembers the claim last seen and since when.
+fn abandoned(value: &[u8], seen: &mut Option<(Vec<u8>, Instant)>) -> bool {
+    match seen {
+        Some((v, since)) if v.as_slice() == value => since.elapsed() >= CLAIM_LEASE,
+        _ => {
+            *seen = Some((value.to_vec(), Instant::now()));
+            false
+        }
+    }
+}
+
+/// Between half and all of `pause`, so racing requests drift apart.
+fn jittered(pause: Duration) -> Duration {
+    pause / 2 + pause.mul_f64(rand::random::<f64>() / 2.0)
+}
+
+/// Gives back every row this request may hold (a `checkAndPut` from its
+/// claim value matches only rows it holds), restoring `to[i]`. Best effort:
+/// a row left claimed is taken over after [`CLAIM_LEASE`].
+pub fn give_back(rows: &impl Rows, mine: &[Vec<u8>], to: &[Vec<u8>]) {
+    let swaps: Vec<(usize, Vec<u8>, Vec<u8>)> = (0..mine.len()).map(|i| (i, mine[i].clone(), to[i].clone())).collect();
+    rows.swap_many(&swaps);
+}
+
+/// Releases every row after the bits are written: each guard from this
+/// request's claim value to a fresh free value. Per row, whether the release
+/// landed; a row that was taken over (or whose answer was lost) is `false`,
+/// and its bits must be answered as set.
+pub fn release(rows: &impl Rows, mine: &[Vec<u8>]) -> Vec<bool> {
+    let swaps: Vec<(usize, Vec<u8>, Vec<u8>)> = (0..mine.len()).map(|i| (i, mine[i].clone(), free_value())).collect();
+    rows.swap_many(&swaps)
+        .into_iter()
+        .map(|r| matches!(r, Ok(true)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -316,11 +316,13 @@ impl HbaseStore {
     }
 
     /// One round of guarded `AddIfAbsent`s of `d` (`combine.rs`): hold the
-    /// rows, read the union of the members' bits with the guards, (for a
-    /// round of one) `before_write` with the cells read, write the members'
-    /// bits (grouped by expiry, `combine::writes`), swap each row's guard
-    /// once. Each member's cells as if the members had run in order; the
-    /// bits of a row whose swap was lost come back as set.
+    /// rows in this process, read the union of the members' bits with the
+    /// guards, claim every row (`guard::claim`: rows claimed by another
+    /// replica are waited for and read again), (for a round of one)
+    /// `before_write` with the cells read, write the members' bits (grouped
+    /// by expiry, `combine::writes`), release the rows. Each member's cells
+    /// as if the members had run in order; the bits of a row whose release
+    /// failed (taken over after [`guard::CLAIM_LEASE`]) come back as set.
     fn guarded_round(
         &self,
         d: &Deduper,
@@ -339,32 +341,57 @@ impl HbaseStore {
             .iter()
             .map(|&s| layout::data_row_key(s, &d.client_id, &d.name))
             .collect();
-        // Held from the read to the swap: a swap is then lost only to another replica.
+        // Held through the round: requests of this process take turns here
+        // instead of contending for the claims in HBase.
         let _held = self.row_locks.lock(&table, &rows);
         let (cells, guards) = self.read_with_guards(d, &all, true)?;
-        let mut answers = combine::answers(members, &all, &cells);
-        if let (Some(before_write), [mine]) = (before_write, answers.as_slice()) {
-            before_write(mine)?;
+        let mut expected: Vec<Vec<u8>> = rows
+            .iter()
+            .map(|r| guards.get(r).cloned().unwrap_or_default())
+            .collect();
+        // `all` is sorted by shard: each row's bits are one run of it.
+        let ranges = shards
+            .iter()
+            .map(|&s| all.partition_point(|a| a.shard < s)..all.partition_point(|a| a.shard <= s))
+            .collect();
+        let mut guarded = GuardedRows {
+            store: self,
+            d,
+            table: &table,
+            rows: &rows,
+            all: &all,
+            ranges,
+            cells,
+            ttl_ms: i64::try_from(d.expiry_seconds.saturating_mul(1000)).unwrap_or(i64::MAX),
+        };
+        let mine = guard::claim(&mut guarded, &mut expected)?;
+        let mut answers = combine::answers(members, &all, &guarded.cells);
+        let written = (|| {
+            if let (Some(before_write), [mine]) = (before_write, answers.as_slice()) {
+                before_write(mine)?;
+            }
+            let merged = combine::writes(members);
+            let writes: Vec<(&[BitAddr], i64)> = merged.iter().map(|(bits, e)| (bits.as_ref(), *e)).collect();
+            self.write_many(d, &writes)
+        })();
+        if let Err(e) = written {
+            // Bits may have landed: a fresh free value, never the one read.
+            let fresh: Vec<Vec<u8>> = rows.iter().map(|_| guard::free_value()).collect();
+            guard::give_back(&guarded, &mine, &fresh);
+            return Err(e);
         }
-        let merged = combine::writes(members);
-        let writes: Vec<(&[BitAddr], i64)> = merged.iter().map(|(bits, e)| (bits.as_ref(), *e)).collect();
-        self.write_many(d, &writes)?;
-        let ttl_ms = i64::try_from(d.expiry_seconds.saturating_mul(1000)).unwrap_or(i64::MAX);
-        let won = in_parallel(&rows, self.parallel_calls(), OnError::Continue, |row| {
-            let expected = guards.get(row).map(Vec::as_slice).unwrap_or_default();
-            guard::swap(&self.pool, &self.tables, &table, row, expected, ttl_ms)
-        })?;
         let lost: BTreeSet<u32> = shards
             .iter()
-            .zip(won)
-            .filter(|(_, won)| !won)
+            .zip(guard::release(&guarded, &mine))
+            .filter(|(_, released)| !released)
             .map(|(s, _)| *s)
             .collect();
         if !lost.is_empty() {
-            tracing::debug!(
+            tracing::warn!(
                 rows = lost.len(),
                 requests = members.len(),
-                "AddIfAbsent lost a guard race: those rows answer present"
+                "AddIfAbsent rows taken over (held past the guard lease) or released without an answer: \
+                 those rows answer present"
             );
         }
         for (m, cells) in members.iter().zip(&mut answers) {
@@ -378,6 +405,54 @@ impl HbaseStore {
             }
         }
         Ok(answers)
+    }
+}
+
+/// The rows of one guarded round as `guard::claim` sees them.
+struct GuardedRows<'a> {
+    store: &'a HbaseStore,
+    d: &'a Deduper,
+    table: &'a str,
+    /// Row keys, in shard order.
+    rows: &'a [Vec<u8>],
+    /// The round's bits, sorted; `cells[j]` is `all[j]`.
+    all: &'a [BitAddr],
+    /// Each row's bits within `all`.
+    ranges: Vec<std::ops::Range<usize>>,
+    cells: Vec<Cell>,
+    ttl_ms: i64,
+}
+
+impl guard::Rows for GuardedRows<'_> {
+    fn reread(&mut self, i: usize) -> Result<Vec<u8>, StorageError> {
+        let range = self.ranges[i].clone();
+        let (cells, guards) = self.store.read_with_guards(self.d, &self.all[range.clone()], true)?;
+        self.cells[range].copy_from_slice(&cells);
+        Ok(guards.get(&self.rows[i]).cloned().unwrap_or_default())
+    }
+
+    fn peek(&self, i: usize) -> Result<Vec<u8>, StorageError> {
+        let s = self.store;
+        guard::read(&s.pool, &s.tables, self.table, &self.rows[i])
+    }
+
+    fn swap_many(&self, swaps: &[(usize, Vec<u8>, Vec<u8>)]) -> Vec<Result<bool, StorageError>> {
+        let s = self.store;
+        let swap = |(i, expected, new): &(usize, Vec<u8>, Vec<u8>)| {
+            Ok(guard::swap(
+                &s.pool,
+                &s.tables,
+                self.table,
+                &self.rows[*i],
+                expected,
+                new,
+                self.ttl_ms,
+            ))
+        };
+        match in_parallel(swaps, s.parallel_calls(), OnError::Continue, swap) {
+            Ok(each) => each,
+            Err(e) => swaps.iter().map(|_| Err(e.clone())).collect(),
+        }
     }
 }
 

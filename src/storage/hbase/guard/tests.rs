@@ -1,0 +1,189 @@
+use super::*;
+use hbase_thrift::hbase::TCell;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
+#[test]
+fn guard_values_by_row_and_absent_ones_left_out() {
+    let cell = |v: &[u8]| TCell::new(v.to_vec(), 1);
+    let rows = vec![
+        TRowResult::new(b"r1".to_vec(), BTreeMap::from([(column(), cell(b"n1"))]), None),
+        TRowResult::new(
+            b"r2".to_vec(),
+            BTreeMap::from([(b"S:7#ttl".to_vec(), cell(&[0; 8]))]),
+            None,
+        ),
+    ];
+    let got = values(&rows);
+    assert_eq!(got, BTreeMap::from([(b"r1".to_vec(), b"n1".to_vec())]));
+    assert_eq!(column(), b"S:solus#guard");
+}
+
+#[test]
+fn claim_values_are_told_from_free_ones_old_and_new() {
+    assert!(is_claimed(&claim_value()));
+    assert!(!is_claimed(&free_value()));
+    assert!(!is_claimed(&[]));
+    // An earlier version's free value is 16 random bytes, whatever its first byte.
+    assert!(!is_claimed(&[CLAIM_TAG; 16]));
+    assert_ne!(claim_value(), claim_value());
+}
+
+/// An in-memory HBase stand-in: per row a set of bits and a guard value,
+/// each row read and swapped atomically, as HBase does per row.
+#[derive(Default)]
+struct Table {
+    rows: Mutex<Vec<(BTreeSet<u32>, Vec<u8>)>>,
+}
+
+/// One request's view of the table: the bits it asks for in each row.
+struct Request<'a> {
+    table: &'a Table,
+    wanted: Vec<Vec<u32>>,
+    /// Per row, which wanted bits were set at its latest read.
+    seen: Vec<Vec<bool>>,
+}
+
+impl Request<'_> {
+    fn new(table: &Table, wanted: Vec<Vec<u32>>) -> (Request<'_>, Vec<Vec<u8>>) {
+        let mut r = Request {
+            table,
+            seen: vec![Vec::new(); wanted.len()],
+            wanted,
+        };
+        let expected = (0..r.wanted.len()).map(|i| r.reread(i).unwrap()).collect();
+        (r, expected)
+    }
+}
+
+impl Rows for Request<'_> {
+    fn reread(&mut self, i: usize) -> Result<Vec<u8>, StorageError> {
+        let rows = self.table.rows.lock().unwrap();
+        self.seen[i] = self.wanted[i].iter().map(|b| rows[i].0.contains(b)).collect();
+        Ok(rows[i].1.clone())
+    }
+    fn peek(&self, i: usize) -> Result<Vec<u8>, StorageError> {
+        Ok(self.table.rows.lock().unwrap()[i].1.clone())
+    }
+    fn swap_many(&self, swaps: &[(usize, Vec<u8>, Vec<u8>)]) -> Vec<Result<bool, StorageError>> {
+        swaps
+            .iter()
+            .map(|(i, expected, new)| {
+                std::thread::yield_now();
+                let mut rows = self.table.rows.lock().unwrap();
+                let won = rows[*i].1 == *expected;
+                if won {
+                    rows[*i].1 = new.clone();
+                }
+                Ok(won)
+            })
+            .collect()
+    }
+}
+
+/// One guarded AddIfAbsent of `entities` (each a bit per row) against
+/// `table`: claim, answer from the reads, write, release. Per entity, whether
+/// it was answered absent.
+fn add_if_absent(table: &Table, entities: &[Vec<u32>]) -> Vec<bool> {
+    let rows = entities[0].len();
+    let wanted: Vec<Vec<u32>> = (0..rows).map(|r| entities.iter().map(|e| e[r]).collect()).collect();
+    let (mut req, mut expected) = Request::new(table, wanted);
+    let mine = claim(&mut req, &mut expected).expect("claimed");
+    let absent: Vec<bool> = (0..entities.len())
+        .map(|e| (0..rows).any(|r| !req.seen[r][e]))
+        .collect();
+    {
+        let mut t = table.rows.lock().unwrap();
+        for (r, bits) in req.wanted.iter().enumerate() {
+            assert_eq!(t[r].1, mine[r], "written without holding row {r}");
+            t[r].0.extend(bits);
+        }
+    }
+    let released = release(&req, &mine);
+    assert!(released.iter().all(|r| *r), "a live claim was taken over");
+    absent
+}
+
+/// The protocol's promise, checked on the stand-in with 6 threads x 30
+/// requests racing on 4 rows (fixed seeds): each entity sent by several
+/// requests is answered "absent" exactly once, and an entity sent by one
+/// request only is answered "absent" (the loser of a row no longer takes
+/// the row as set: nothing here collides but identical entities).
+#[test]
+fn racing_requests_answer_each_entity_absent_exactly_once_and_new_ones_absent() {
+    let table = Arc::new(Table::default());
+    *table.rows.lock().unwrap() = vec![(BTreeSet::new(), Vec::new()); 4];
+    let threads: Vec<_> = (0..6u32)
+        .map(|t| {
+            let table = table.clone();
+            std::thread::spawn(move || {
+                let mut answers = Vec::new();
+                for r in 0..30u32 {
+                    // Shared entities s0..s9 of this request number (every thread sends them),
+                    // and 10 of the thread's own; an entity's bit in row i is distinct per entity.
+                    let shared = (0..10u32).map(|e| (r * 10 + e, true));
+                    let own = (0..10u32).map(|e| (100_000 + t * 10_000 + r * 10 + e, false));
+                    let entities: Vec<(u32, bool)> = shared.chain(own).collect();
+                    let bits: Vec<Vec<u32>> = entities.iter().map(|(id, _)| vec![*id; 4]).collect();
+                    let got = add_if_absent(&table, &bits);
+                    answers.extend(entities.into_iter().zip(got));
+                }
+                answers
+            })
+        })
+        .collect();
+    let mut absent_count: BTreeMap<u32, usize> = BTreeMap::new();
+    for t in threads {
+        for ((id, shared), absent) in t.join().unwrap() {
+            let n = absent_count.entry(id).or_default();
+            *n += usize::from(absent);
+            if !shared {
+                assert!(absent, "entity {id}, sent once, answered present");
+            }
+        }
+    }
+    let shared: Vec<_> = absent_count.iter().filter(|(id, _)| **id < 100_000).collect();
+    assert_eq!(shared.len(), 300);
+    for (id, n) in shared {
+        assert_eq!(*n, 1, "shared entity {id} answered absent {n} times");
+    }
+    let rows = table.rows.lock().unwrap();
+    assert!(rows.iter().all(|(_, g)| !is_claimed(g)), "a row left claimed");
+}
+
+/// A row found claimed is waited for, and taken once its holder releases
+/// it; the bits its holder wrote meanwhile are in the answer.
+#[test]
+fn a_claimed_row_is_waited_for_and_read_after_its_holder_writes() {
+    let table = Arc::new(Table::default());
+    let held = claim_value();
+    *table.rows.lock().unwrap() = vec![(BTreeSet::new(), held.clone())];
+    let writer = {
+        let table = table.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            let mut rows = table.rows.lock().unwrap();
+            rows[0].0.insert(7);
+            rows[0].1 = free_value();
+        })
+    };
+    let started = Instant::now();
+    let answers = add_if_absent(&table, &[vec![7], vec![8]]);
+    writer.join().unwrap();
+    assert_eq!(answers, vec![false, true], "the holder's bit 7 seen, bit 8 new");
+    assert!(started.elapsed() >= Duration::from_millis(100));
+    assert!(started.elapsed() < CLAIM_LEASE, "waited for the holder, not the lease");
+}
+
+/// A holder whose claim was taken over (it stalled past the lease) finds
+/// its release refused, so its caller answers that row as set.
+#[test]
+fn a_release_after_a_takeover_is_refused() {
+    let table = Table::default();
+    *table.rows.lock().unwrap() = vec![(BTreeSet::new(), Vec::new()), (BTreeSet::new(), Vec::new())];
+    let (mut req, mut expected) = Request::new(&table, vec![vec![1], vec![2]]);
+    let mine = claim(&mut req, &mut expected).unwrap();
+    table.rows.lock().unwrap()[1].1 = claim_value(); // another replica took row 1 over
+    assert_eq!(release(&req, &mine), vec![true, false]);
+    assert!(!is_claimed(&table.rows.lock().unwrap()[0].1));
+}
