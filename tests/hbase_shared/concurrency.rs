@@ -4,7 +4,10 @@
 //! "present". Every batch touches every shard row, so all but one of the
 //! concurrent requests lost the guard's `checkAndPut` on some row and took
 //! that row's bits as set: new events dropped as duplicates. Guarded
-//! requests of one process now hold their rows from read to swap.
+//! requests of one process now hold their rows through the round, and the
+//! same race across replicas (two replicas, same workload: 8,000 of 16,000
+//! answered "present") is closed by claiming rows before writing
+//! (`src/storage/hbase/guard.rs`).
 
 use crate::common::*;
 

@@ -6,15 +6,15 @@
 //! queueing behind each other, the requests that wait for one deduper are
 //! served together: one read of the union of their bits (each row read once,
 //! with its guard), each member's own write (its own expiry: `mutateRowsTs`
-//! has one timestamp per call), and one guard swap per row. HBase decodes a
+//! has one timestamp per call), and one guard claim and release per row. HBase decodes a
 //! wide row once per round instead of once per request, and makes one
 //! `checkAndPut` per row per round: measured on real HBase 2.6.1, docs/hbase.md
 //! "Group commit".
 //!
 //! Each member is answered as if the members had run one after another in
 //! arrival order: a member sees the bits of the members before it as set,
-//! with the expiry they wrote ([`answers`]). A lost swap sets the row's bits
-//! for every member, as it would for each of them alone (`guarded_round`).
+//! with the expiry they wrote ([`answers`]). A refused release sets the row's
+//! bits for every member, as it would for each of them alone (`guarded_round`).
 
 use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};

@@ -225,9 +225,10 @@ pub struct HbaseConfig {
     /// Default 1,048,576 (about 20,000 bit writes per call).
     pub max_request_bytes: u64,
     /// Close the cross-replica `AddIfAbsent` race with a guard cell per shard
-    /// row swapped by `checkAndPut` (one extra call per touched row; a request
-    /// losing the swap answers "present" for that row's entities). Off, two
-    /// replicas racing on one new entity can both answer "absent". Default true.
+    /// row, claimed with `checkAndPut` before the write and released after
+    /// (two extra calls per touched row; a row another replica is writing is
+    /// waited for and read again, `guard.rs`). Off, two replicas racing on
+    /// one new entity can both answer "absent". Default true.
     pub add_if_absent_guard: bool,
     /// Largest tolerated offset of this replica's clock from HBase's, in ms,
     /// measured at start-up and on every health probe. Beyond it the replica

@@ -254,7 +254,17 @@ fn acquire(
 /// `seen` remembers the claim last seen and since when.
 fn abandoned(value: &[u8], seen: &mut Option<(Vec<u8>, Instant)>) -> bool {
     match seen {
-        Some((v, since)) if v.as_slice() == value => since.elapsed() >= CLAIM_LEASE,
+        Some((v, since)) if v.as_slice() == value => {
+            let over = since.elapsed() >= CLAIM_LEASE;
+            if over {
+                tracing::warn!(
+                    lease_s = CLAIM_LEASE.as_secs(),
+                    "AddIfAbsent taking over a shard row claimed by a replica that held it past the guard \
+                     lease (died or stalled mid-write); that replica answers the row present if it comes back"
+                );
+            }
+            over
+        }
         _ => {
             *seen = Some((value.to_vec(), Instant::now()));
             false

@@ -45,11 +45,11 @@
 //! `read_and_write_bits` reads, then writes: between the two another request
 //! (this replica or another) can add the same entity, and both would answer
 //! "absent". With `storage.hbase.add_if_absent_guard` (default on) a guard
-//! cell per shard row, swapped with `checkAndPut` after the write, closes
-//! that window: of racing requests, the ones that lose the swap answer
-//! "present" for that row (`guard.rs`; one `checkAndPut` per touched row,
-//! cost measured in docs/hbase.md). Nothing is ever lost either way: every
-//! write lands and the max expiry wins.
+//! cell per shard row, claimed with `checkAndPut` before the write and
+//! released after, closes that window: a request answers only from a read
+//! no other writer overtook, reading a contended row again (`guard.rs`; two
+//! `checkAndPut`s per touched row, cost measured in docs/hbase.md). Nothing
+//! is ever lost either way: every write lands and the max expiry wins.
 //!
 //! # Failures
 //! Every failure is `StorageError::Unavailable` with the call and HBase's
@@ -252,8 +252,8 @@ impl HbaseStore {
 
     /// AddIfAbsent with the guard (`guard.rs`), alone: a round of one
     /// (`guarded_round`). `before_write` sees the cells as read (a request
-    /// id's answer is recorded from them): a retry of a request that lost a
-    /// swap repeats that first answer (see docs/hbase.md).
+    /// id's answer is recorded from them): a retry of a request whose release
+    /// was refused repeats that first answer (see docs/hbase.md).
     fn guarded_read_and_write(
         &self,
         d: &Deduper,
@@ -575,8 +575,8 @@ impl Store for HbaseStore {
         self.write(deduper, bits, expire_ms)
     }
 
-    /// Read, `before_write`, write, then (with `add_if_absent_guard`) swap
-    /// each touched row's guard: see the module docs and `guard.rs`.
+    /// Read, `before_write`, write; with `add_if_absent_guard` each touched
+    /// row claimed before the write and released after: see the module docs and `guard.rs`.
     fn read_and_write_bits(
         &self,
         deduper: &Deduper,

@@ -1,14 +1,13 @@
 //! In-process locks on shard rows for guarded `AddIfAbsent`.
 //!
-//! The guard (`guard.rs`) lets at most one of two racing requests answer
-//! "absent" for a row: the loser of the `checkAndPut` takes every bit of that
-//! row as set. Requests of one process racing each other are not a
-//! cross-replica race but ordinary concurrency: without these locks four
-//! concurrent 1,000-entity requests into a fresh 10-shard deduper answered
-//! 75% of their new entities "present" (every request touches every row, so
-//! nearly every swap but one was lost). Holding each touched row's lock from
-//! the read to the swap serialises them here, so a swap is lost only to
-//! another replica.
+//! The guard (`guard.rs`) claims each row in HBase before a request writes
+//! it. Requests of one process racing each other are not a cross-replica
+//! race but ordinary concurrency: with the earlier guard (a swap after the
+//! write, the loser taking the row as set) four concurrent 1,000-entity
+//! requests into a fresh 10-shard deduper answered 75% of their new entities
+//! "present". Holding each touched row's lock through the round serialises
+//! them here, in memory, so HBase claims are contended only by other
+//! replicas (whose losers wait and read again).
 //!
 //! A request takes all its rows at once, when none of them is held (so no
 //! deadlock between requests touching overlapping rows), and lets them go
