@@ -166,15 +166,41 @@ pub trait Rows {
     fn swap_many(&self, swaps: &[(usize, Vec<u8>, Vec<u8>)]) -> Vec<Result<bool, StorageError>>;
 }
 
+/// How long [`claim`] waits, lets wait and holds (the constants above;
+/// tests shorten them).
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// [`CLAIM_LEASE`].
+    pub lease: Duration,
+    /// Longest wait for one row while holding others ([`CLAIM_LEASE`] / 2):
+    /// past it the held rows are given back, so a wait for a dead replica's
+    /// claim never lets this request's own claims be taken over.
+    pub patience: Duration,
+    /// [`CLAIM_BUDGET`].
+    pub budget: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Timing {
+        Timing {
+            lease: CLAIM_LEASE,
+            patience: CLAIM_LEASE / 2,
+            budget: CLAIM_BUDGET,
+        }
+    }
+}
+
 /// Claims every row, given `expected[i]`, the guard value read with row
 /// `i`'s bits (updated as rows are read again). Returns this request's
 /// claim value per row, all held. First all free rows at once (the usual,
 /// uncontended case: one parallel round of `checkAndPut`s); if one is
 /// missing, the rows held after the first missing one are given back
 /// (nothing was written under them), and the rest are taken one by one in
-/// order, waiting for claimed rows. Errors: `Unavailable` past
-/// [`CLAIM_BUDGET`] or on a failed call, after giving back every row held.
-pub fn claim(rows: &mut impl Rows, expected: &mut [Vec<u8>]) -> Result<Vec<Vec<u8>>, StorageError> {
+/// order, waiting for claimed rows. A wait longer than `timing.patience`
+/// while holding rows gives them all back, waits for that row holding
+/// nothing, and starts over in order. Errors: `Unavailable` past
+/// `timing.budget` or on a failed call, after giving back every row held.
+pub fn claim(rows: &mut impl Rows, expected: &mut [Vec<u8>], timing: Timing) -> Result<Vec<Vec<u8>>, StorageError> {
     let started = Instant::now();
     let n = expected.len();
     let mine: Vec<Vec<u8>> = (0..n).map(|_| claim_value()).collect();
@@ -202,39 +228,91 @@ pub fn claim(rows: &mut impl Rows, expected: &mut [Vec<u8>]) -> Result<Vec<Vec<u
         .map(|i| (i, mine[i].clone(), expected[i].clone()))
         .collect();
     rows.swap_many(&back);
-    for i in first..n {
-        if let Err(e) = acquire(rows, i, &mut expected[i], &mine[i], started) {
-            give_back(rows, &mine, expected);
-            return Err(e);
+    held[first..].iter_mut().for_each(|h| *h = false);
+    // Per row, the claim last seen on it and since when (kept across starts over).
+    let mut seen: Vec<Option<(Vec<u8>, Instant)>> = vec![None; n];
+    let mut i = first;
+    while i < n {
+        let holding = held[..i].iter().any(|h| *h);
+        let wait = Wait {
+            take: true,
+            patience: holding.then_some(timing.patience),
+            started,
+            timing,
+        };
+        match acquire(rows, i, &mut expected[i], &mine[i], &mut seen[i], wait) {
+            Ok(true) => {
+                held[i] = true;
+                i += 1;
+            }
+            Ok(false) => {
+                // Waited too long holding rows: give them back, wait holding nothing.
+                let back: Vec<(usize, Vec<u8>, Vec<u8>)> = (0..i)
+                    .filter(|&j| held[j])
+                    .map(|j| (j, mine[j].clone(), expected[j].clone()))
+                    .collect();
+                rows.swap_many(&back);
+                held.iter_mut().for_each(|h| *h = false);
+                let wait = Wait {
+                    take: false,
+                    patience: None,
+                    ..wait
+                };
+                if let Err(e) = acquire(rows, i, &mut expected[i], &mine[i], &mut seen[i], wait) {
+                    give_back(rows, &mine, expected);
+                    return Err(e);
+                }
+                i = 0;
+            }
+            Err(e) => {
+                give_back(rows, &mine, expected);
+                return Err(e);
+            }
         }
     }
     Ok(mine)
 }
 
+/// How [`acquire`] waits.
+#[derive(Clone, Copy)]
+struct Wait {
+    /// Claim the row (else only wait until it can be claimed).
+    take: bool,
+    /// Give up (Ok(false)) after waiting this long.
+    patience: Option<Duration>,
+    started: Instant,
+    timing: Timing,
+}
+
 /// Takes row `i` alone: waits while another request's claim is on it
-/// (taking it over once the same claim has been seen for [`CLAIM_LEASE`]),
-/// and reads it again after a lost `checkAndPut`.
+/// (taking it over once the same claim has been seen for the lease), and
+/// reads it again after a lost `checkAndPut`. Ok(false) past the wait's
+/// patience; with `take` false, Ok(true) as soon as it could be taken.
 fn acquire(
     rows: &mut impl Rows,
     i: usize,
     expected: &mut Vec<u8>,
     mine: &[u8],
-    started: Instant,
-) -> Result<(), StorageError> {
-    let mut seen: Option<(Vec<u8>, Instant)> = None;
+    seen: &mut Option<(Vec<u8>, Instant)>,
+    wait: Wait,
+) -> Result<bool, StorageError> {
+    let since = Instant::now();
     let mut pause = Duration::from_millis(1);
     loop {
         if expected.as_slice() == mine {
-            return Ok(()); // an earlier swap landed though its answer was lost
+            return Ok(true); // an earlier swap landed though its answer was lost
         }
-        if started.elapsed() > CLAIM_BUDGET {
+        if wait.started.elapsed() > wait.timing.budget {
             return Err(StorageError::Unavailable(format!(
                 "AddIfAbsent could not claim a shard row within {} s: other replicas kept it \
                  (nothing was written; retry)",
-                CLAIM_BUDGET.as_secs()
+                wait.timing.budget.as_secs()
             )));
         }
-        if is_claimed(expected) && !abandoned(expected, &mut seen) {
+        if is_claimed(expected) && !abandoned(expected, seen, wait.timing.lease) {
+            if wait.patience.is_some_and(|p| since.elapsed() >= p) {
+                return Ok(false);
+            }
             std::thread::sleep(jittered(pause));
             pause = (pause * 2).min(MAX_PAUSE);
             if rows.peek(i)? != *expected {
@@ -242,23 +320,26 @@ fn acquire(
             }
             continue;
         }
+        if !wait.take {
+            return Ok(true);
+        }
         let swap = [(i, expected.clone(), mine.to_vec())];
         match rows.swap_many(&swap).pop() {
-            Some(Ok(true)) => return Ok(()),
+            Some(Ok(true)) => return Ok(true),
             Some(Ok(false)) | Some(Err(_)) | None => *expected = rows.reread(i)?,
         }
     }
 }
 
-/// Whether the claim `value` has been seen unchanged for [`CLAIM_LEASE`]:
-/// `seen` remembers the claim last seen and since when.
-fn abandoned(value: &[u8], seen: &mut Option<(Vec<u8>, Instant)>) -> bool {
+/// Whether the claim `value` has been seen unchanged for `lease`: `seen`
+/// remembers the claim last seen and since when.
+fn abandoned(value: &[u8], seen: &mut Option<(Vec<u8>, Instant)>, lease: Duration) -> bool {
     match seen {
         Some((v, since)) if v.as_slice() == value => {
-            let over = since.elapsed() >= CLAIM_LEASE;
+            let over = since.elapsed() >= lease;
             if over {
                 tracing::warn!(
-                    lease_s = CLAIM_LEASE.as_secs(),
+                    lease_ms = lease.as_millis() as u64,
                     "AddIfAbsent taking over a shard row claimed by a replica that held it past the guard \
                      lease (died or stalled mid-write); that replica answers the row present if it comes back"
                 );
@@ -279,7 +360,7 @@ fn jittered(pause: Duration) -> Duration {
 
 /// Gives back every row this request may hold (a `checkAndPut` from its
 /// claim value matches only rows it holds), restoring `to[i]`. Best effort:
-/// a row left claimed is taken over after [`CLAIM_LEASE`].
+/// a row left claimed is taken over after the lease.
 pub fn give_back(rows: &impl Rows, mine: &[Vec<u8>], to: &[Vec<u8>]) {
     let swaps: Vec<(usize, Vec<u8>, Vec<u8>)> = (0..mine.len()).map(|i| (i, mine[i].clone(), to[i].clone())).collect();
     rows.swap_many(&swaps);

@@ -364,7 +364,7 @@ impl HbaseStore {
             cells,
             ttl_ms: i64::try_from(d.expiry_seconds.saturating_mul(1000)).unwrap_or(i64::MAX),
         };
-        let mine = guard::claim(&mut guarded, &mut expected)?;
+        let mine = guard::claim(&mut guarded, &mut expected, guard::Timing::default())?;
         let mut answers = combine::answers(members, &all, &guarded.cells);
         let written = (|| {
             if let (Some(before_write), [mine]) = (before_write, answers.as_slice()) {

@@ -36,9 +36,11 @@ struct Table {
     rows: Mutex<Vec<(BTreeSet<u32>, Vec<u8>)>>,
 }
 
-/// One request's view of the table: the bits it asks for in each row.
+/// One request's view of the table: the table rows it touches (in order)
+/// and the bits it asks for in each.
 struct Request<'a> {
     table: &'a Table,
+    at: Vec<usize>,
     wanted: Vec<Vec<u32>>,
     /// Per row, which wanted bits were set at its latest read.
     seen: Vec<Vec<bool>>,
@@ -46,8 +48,13 @@ struct Request<'a> {
 
 impl Request<'_> {
     fn new(table: &Table, wanted: Vec<Vec<u32>>) -> (Request<'_>, Vec<Vec<u8>>) {
+        Request::at(table, (0..wanted.len()).collect(), wanted)
+    }
+
+    fn at(table: &Table, at: Vec<usize>, wanted: Vec<Vec<u32>>) -> (Request<'_>, Vec<Vec<u8>>) {
         let mut r = Request {
             table,
+            at,
             seen: vec![Vec::new(); wanted.len()],
             wanted,
         };
@@ -59,11 +66,12 @@ impl Request<'_> {
 impl Rows for Request<'_> {
     fn reread(&mut self, i: usize) -> Result<Vec<u8>, StorageError> {
         let rows = self.table.rows.lock().unwrap();
-        self.seen[i] = self.wanted[i].iter().map(|b| rows[i].0.contains(b)).collect();
-        Ok(rows[i].1.clone())
+        let row = &rows[self.at[i]];
+        self.seen[i] = self.wanted[i].iter().map(|b| row.0.contains(b)).collect();
+        Ok(row.1.clone())
     }
     fn peek(&self, i: usize) -> Result<Vec<u8>, StorageError> {
-        Ok(self.table.rows.lock().unwrap()[i].1.clone())
+        Ok(self.table.rows.lock().unwrap()[self.at[i]].1.clone())
     }
     fn swap_many(&self, swaps: &[(usize, Vec<u8>, Vec<u8>)]) -> Vec<Result<bool, StorageError>> {
         swaps
@@ -71,9 +79,10 @@ impl Rows for Request<'_> {
             .map(|(i, expected, new)| {
                 std::thread::yield_now();
                 let mut rows = self.table.rows.lock().unwrap();
-                let won = rows[*i].1 == *expected;
+                let row = &mut rows[self.at[*i]];
+                let won = row.1 == *expected;
                 if won {
-                    rows[*i].1 = new.clone();
+                    row.1 = new.clone();
                 }
                 Ok(won)
             })
@@ -85,18 +94,23 @@ impl Rows for Request<'_> {
 /// `table`: claim, answer from the reads, write, release. Per entity, whether
 /// it was answered absent.
 fn add_if_absent(table: &Table, entities: &[Vec<u32>]) -> Vec<bool> {
-    let rows = entities[0].len();
+    add_if_absent_at(table, (0..entities[0].len()).collect(), entities, Timing::default())
+}
+
+/// [`add_if_absent`] on table rows `at` (entity bit `r` in row `at[r]`).
+fn add_if_absent_at(table: &Table, at: Vec<usize>, entities: &[Vec<u32>], timing: Timing) -> Vec<bool> {
+    let rows = at.len();
     let wanted: Vec<Vec<u32>> = (0..rows).map(|r| entities.iter().map(|e| e[r]).collect()).collect();
-    let (mut req, mut expected) = Request::new(table, wanted);
-    let mine = claim(&mut req, &mut expected).expect("claimed");
+    let (mut req, mut expected) = Request::at(table, at.clone(), wanted);
+    let mine = claim(&mut req, &mut expected, timing).expect("claimed");
     let absent: Vec<bool> = (0..entities.len())
         .map(|e| (0..rows).any(|r| !req.seen[r][e]))
         .collect();
     {
         let mut t = table.rows.lock().unwrap();
         for (r, bits) in req.wanted.iter().enumerate() {
-            assert_eq!(t[r].1, mine[r], "written without holding row {r}");
-            t[r].0.extend(bits);
+            assert_eq!(t[at[r]].1, mine[r], "written without holding row {}", at[r]);
+            t[at[r]].0.extend(bits);
         }
     }
     let released = release(&req, &mine);
@@ -182,8 +196,42 @@ fn a_release_after_a_takeover_is_refused() {
     let table = Table::default();
     *table.rows.lock().unwrap() = vec![(BTreeSet::new(), Vec::new()), (BTreeSet::new(), Vec::new())];
     let (mut req, mut expected) = Request::new(&table, vec![vec![1], vec![2]]);
-    let mine = claim(&mut req, &mut expected).unwrap();
+    let mine = claim(&mut req, &mut expected, Timing::default()).unwrap();
     table.rows.lock().unwrap()[1].1 = claim_value(); // another replica took row 1 over
     assert_eq!(release(&req, &mine), vec![true, false]);
     assert!(!is_claimed(&table.rows.lock().unwrap()[0].1));
+}
+
+/// A request waiting for a dead replica's claim (row 1) while holding a
+/// lower row (row 0) gives row 0 back after its patience, so another
+/// request needing only row 0 gets it long before the lease runs out; the
+/// first one takes row 1 over after the lease and answers from the rows.
+#[test]
+fn a_wait_for_a_dead_claim_gives_back_the_rows_held_meanwhile() {
+    let timing = Timing {
+        lease: Duration::from_millis(2_000),
+        patience: Duration::from_millis(200),
+        budget: Duration::from_secs(20),
+    };
+    let table = Arc::new(Table::default());
+    *table.rows.lock().unwrap() = vec![(BTreeSet::new(), Vec::new()), (BTreeSet::from([5]), claim_value())];
+    let started = Instant::now();
+    let first = {
+        let table = table.clone();
+        std::thread::spawn(move || add_if_absent_at(&table, vec![0, 1], &[vec![1, 5], vec![2, 6]], timing))
+    };
+    std::thread::sleep(Duration::from_millis(400));
+    let second = add_if_absent_at(&table, vec![0], &[vec![3]], timing);
+    let second_done = started.elapsed();
+    assert_eq!(second, vec![true]);
+    assert!(
+        second_done < Duration::from_millis(1_500),
+        "row 0 was held while waiting for the dead claim: {second_done:?}"
+    );
+    assert_eq!(
+        first.join().unwrap(),
+        vec![true, true],
+        "bit 5 alone does not make an entity present"
+    );
+    assert!(started.elapsed() >= timing.lease, "row 1 taken over before the lease");
 }
