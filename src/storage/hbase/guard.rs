@@ -249,7 +249,7 @@ pub fn claim(rows: &mut impl Rows, expected: &mut [Vec<u8>], timing: Timing) -> 
                 // Waited too long holding rows: give them back, wait holding nothing.
                 let back: Vec<(usize, Vec<u8>, Vec<u8>)> = (0..i)
                     .filter(|&j| held[j])
-                    .map(|j| (j, mine[j].clone(), expected[j].clone()))
+                    .map(|j| (j, mine[j].clone(), restored(&mut expected[j])))
                     .collect();
                 rows.swap_many(&back);
                 held.iter_mut().for_each(|h| *h = false);
@@ -259,13 +259,15 @@ pub fn claim(rows: &mut impl Rows, expected: &mut [Vec<u8>], timing: Timing) -> 
                     ..wait
                 };
                 if let Err(e) = acquire(rows, i, &mut expected[i], &mine[i], &mut seen[i], wait) {
-                    give_back(rows, &mine, expected);
+                    let to: Vec<Vec<u8>> = expected.iter_mut().map(restored).collect();
+                    give_back(rows, &mine, &to);
                     return Err(e);
                 }
                 i = 0;
             }
             Err(e) => {
-                give_back(rows, &mine, expected);
+                let to: Vec<Vec<u8>> = expected.iter_mut().map(restored).collect();
+                give_back(rows, &mine, &to);
                 return Err(e);
             }
         }
@@ -356,6 +358,18 @@ fn abandoned(value: &[u8], seen: &mut Option<(Vec<u8>, Instant)>, lease: Duratio
 /// Between half and all of `pause`, so racing requests drift apart.
 fn jittered(pause: Duration) -> Duration {
     pause / 2 + pause.mul_f64(rand::random::<f64>() / 2.0)
+}
+
+/// What a row given back with nothing written gets: the value read with its
+/// bits, or a fresh free value (then also the new `expected`) when that was
+/// a claim this request took over, so the row is not handed back to a dead
+/// replica (the others would wait a lease again). A holder of that old
+/// claim that comes back fails its release either way.
+fn restored(expected: &mut Vec<u8>) -> Vec<u8> {
+    if is_claimed(expected) {
+        *expected = free_value();
+    }
+    expected.clone()
 }
 
 /// Gives back every row this request may hold (a `checkAndPut` from its

@@ -235,3 +235,21 @@ fn a_wait_for_a_dead_claim_gives_back_the_rows_held_meanwhile() {
     );
     assert!(started.elapsed() >= timing.lease, "row 1 taken over before the lease");
 }
+
+/// A row taken over from a dead replica and then given back (its taker lost
+/// patience on a later row) gets a fresh free value, not the dead claim: a
+/// third request then takes it at once instead of waiting a lease again.
+#[test]
+fn a_row_taken_over_and_given_back_is_left_free() {
+    let mut v = claim_value();
+    let before = v.clone();
+    let to = restored(&mut v);
+    assert!(!is_claimed(&to) && to == v && v != before);
+    let mut free = free_value();
+    let kept = free.clone();
+    assert_eq!(
+        restored(&mut free),
+        kept,
+        "a free value read with the bits is restored as it was"
+    );
+}
