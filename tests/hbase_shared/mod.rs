@@ -43,6 +43,7 @@ macro_rules! hbase_shared_cases {
             concurrent_add_if_absent_of_new_entities_answers_absent,
             requests_served_together_answer_each_entity_absent_once,
             replicas_racing_on_rows_answer_new_entities_absent,
+            concurrent_checks_each_get_their_own_answers,
             a_claim_left_by_a_dead_replica_is_taken_over_after_the_lease,
             a_delete_covers_bits_written_under_a_longer_expiry,
             a_replica_with_another_table_refuses_to_delete_the_deduper,

@@ -81,7 +81,16 @@ impl Combiner {
             q.running = true;
             let (ids, members) = take_round(&mut q.pending);
             drop(queues);
-            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| round(&members)));
+            // A round of several serves them all: it must not stop when the
+            // caller running it leaves (the pool skips a gone caller's calls).
+            let run = || {
+                if members.len() > 1 {
+                    crate::storage::caller::run_for(None, || round(&members))
+                } else {
+                    round(&members)
+                }
+            };
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run));
             queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
             let q = queues.get_mut(key).expect("a queue lives while it has members");
             q.running = false;
@@ -97,13 +106,13 @@ impl Combiner {
                 }
                 Ok(Err(e)) => q.results.extend(ids.into_iter().map(|i| (i, Err(e.clone())))),
                 Err(_) => {
-                    let e = StorageError::Unavailable("an AddIfAbsent round panicked".into());
+                    let e = StorageError::Unavailable("a round of requests served together panicked".into());
                     q.results.extend(ids.into_iter().map(|i| (i, Err(e.clone()))));
                 }
             }
             self.finished.notify_all();
             if panicked {
-                tracing::error!("an AddIfAbsent round panicked; its requests fail UNAVAILABLE");
+                tracing::error!("a round of requests served together panicked; its requests fail UNAVAILABLE");
             }
         }
     }

@@ -20,19 +20,24 @@
 //! Why it holds: a request only answers from a read whose guard value was
 //! still in place when its claim landed. Every request that wrote bits
 //! changed the guard after that read (its claim), and put a fresh value back
-//! only after its bits had landed (its release); values are random and never
-//! come back, so a claim that succeeds read every completed writer's bits.
-//! Two claims of a row never overlap, so a request never writes under
+//! only after its bits had landed (its release); values are random, and the
+//! only value ever put back is one a request gave back with nothing written
+//! under its claim, so a claim that succeeds read every completed writer's
+//! bits. Two claims of a row never overlap, so a request never writes under
 //! another's read. A request waits for one row only while it holds no row
 //! after it in the rows' order (`claim` gives those back first), so two
-//! requests never wait for each other.
+//! requests never wait for each other; and it holds rows for at most half a
+//! lease while waiting, then gives them back.
 //!
 //! A claim left by a replica that died (or stalled) is taken over once the
 //! same claim value has been seen for [`CLAIM_LEASE`] on this process's
-//! monotonic clock (no clock of another machine is involved). The stalled
+//! monotonic clock (no clock of another machine is involved; every claim
+//! seen at the read is watched from then on, so several dead rows take one
+//! lease, not one each; every claim attempt is a fresh value). The stalled
 //! holder then fails its release, and answers "present" for that row: the
 //! safe side, counted against p, logged. A release whose answer is lost is
-//! treated the same way. The guard cell carries the deduper's `_ttl`.
+//! checked by reading the guard. The guard cell's `_ttl` is the deduper's
+//! expiry plus [`TTL_SLACK`].
 //!
 //! Cost: two `checkAndPut`s per touched row per round (`combine.rs`), plus
 //! re-reads only under contention (docs/hbase.md, "The AddIfAbsent guard").
@@ -66,6 +71,12 @@ pub const CLAIM_LEASE: Duration = Duration::from_secs(10);
 /// with nothing written: past one lease, so an abandoned claim is taken over
 /// first.
 pub const CLAIM_BUDGET: Duration = Duration::from_secs(25);
+
+/// How much longer than the deduper's expiry a guard cell lives (its cell
+/// TTL): a claim must not vanish under a live holder (a deduper may expire
+/// entries after 1 s), nor a free value come back as "no cell" while a read
+/// made before it may still claim (within the budget).
+pub const TTL_SLACK: Duration = Duration::from_secs(120);
 
 /// Longest pause between two looks at a claimed row.
 const MAX_PAUSE: Duration = Duration::from_millis(50);
@@ -196,83 +207,129 @@ impl Default for Timing {
 /// uncontended case: one parallel round of `checkAndPut`s); if one is
 /// missing, the rows held after the first missing one are given back
 /// (nothing was written under them), and the rest are taken one by one in
-/// order, waiting for claimed rows. A wait longer than `timing.patience`
-/// while holding rows gives them all back, waits for that row holding
-/// nothing, and starts over in order. Errors: `Unavailable` past
-/// `timing.budget` or on a failed call, after giving back every row held.
+/// order, waiting for claimed rows. Once rows have been held for
+/// `timing.patience` while waiting for another, they are all given back;
+/// the request waits for that row holding nothing and starts over in order.
+/// Every claim is a fresh value, so a watcher never takes a claim given
+/// back and taken again for one it has watched for a lease. Errors:
+/// `Unavailable` past `timing.budget` or on failing calls, after giving
+/// back every row held.
 pub fn claim(rows: &mut impl Rows, expected: &mut [Vec<u8>], timing: Timing) -> Result<Vec<Vec<u8>>, StorageError> {
     let started = Instant::now();
     let n = expected.len();
-    let mine: Vec<Vec<u8>> = (0..n).map(|_| claim_value()).collect();
+    let mut c = Claims {
+        mine: (0..n).map(|_| claim_value()).collect(),
+        old: vec![Vec::new(); n],
+        held: vec![false; n],
+        held_since: None,
+        // Claims seen at the read are watched from now on, all at once, so
+        // several rows a dead replica left are taken over after one lease.
+        seen: expected
+            .iter()
+            .map(|v| is_claimed(v).then(|| (v.clone(), started)))
+            .collect(),
+    };
     let free: Vec<(usize, Vec<u8>, Vec<u8>)> = (0..n)
         .filter(|&i| !is_claimed(&expected[i]))
-        .map(|i| (i, expected[i].clone(), mine[i].clone()))
+        .map(|i| (i, expected[i].clone(), c.mine[i].clone()))
         .collect();
-    let mut held = vec![false; n];
+    let sent = Instant::now();
     let mut failed = None;
     for ((i, ..), won) in free.iter().zip(rows.swap_many(&free)) {
         match won {
-            Ok(won) => held[*i] = won,
+            Ok(won) => c.held[*i] = won,
             Err(e) => failed = Some(e),
         }
     }
     if let Some(e) = failed {
-        give_back(rows, &mine, expected);
-        return Err(e);
+        return Err(c.abandon(rows, expected, e));
     }
-    let Some(first) = held.iter().position(|h| !h) else {
-        return Ok(mine);
+    let Some(first) = c.held.iter().position(|h| !h) else {
+        return Ok(c.mine);
     };
-    let back: Vec<(usize, Vec<u8>, Vec<u8>)> = (first..n)
-        .filter(|&i| held[i])
-        .map(|i| (i, mine[i].clone(), expected[i].clone()))
-        .collect();
-    rows.swap_many(&back);
-    held[first..].iter_mut().for_each(|h| *h = false);
-    // Per row, the claim last seen on it and since when (kept across starts over).
-    let mut seen: Vec<Option<(Vec<u8>, Instant)>> = vec![None; n];
+    c.give_back_from(rows, expected, first);
+    if c.held.iter().any(|h| *h) {
+        c.held_since = Some(sent);
+    }
     let mut i = first;
     while i < n {
-        let holding = held[..i].iter().any(|h| *h);
         let wait = Wait {
             take: true,
-            patience: holding.then_some(timing.patience),
+            give_up_at: c.held_since.map(|t| t + timing.patience),
             started,
             timing,
         };
-        match acquire(rows, i, &mut expected[i], &mine[i], &mut seen[i], wait) {
+        let taking = Instant::now();
+        match acquire(rows, i, &mut expected[i], &c.mine[i], &c.old[i], &mut c.seen[i], wait) {
             Ok(true) => {
-                held[i] = true;
+                c.held[i] = true;
+                c.held_since.get_or_insert(taking);
                 i += 1;
             }
             Ok(false) => {
-                // Waited too long holding rows: give them back, wait holding nothing.
-                let back: Vec<(usize, Vec<u8>, Vec<u8>)> = (0..i)
-                    .filter(|&j| held[j])
-                    .map(|j| (j, mine[j].clone(), restored(&mut expected[j])))
-                    .collect();
-                rows.swap_many(&back);
-                held.iter_mut().for_each(|h| *h = false);
+                // Held rows too long while waiting: give them back, wait holding nothing.
+                c.give_back_from(rows, expected, 0);
                 let wait = Wait {
                     take: false,
-                    patience: None,
+                    give_up_at: None,
                     ..wait
                 };
-                if let Err(e) = acquire(rows, i, &mut expected[i], &mine[i], &mut seen[i], wait) {
-                    let to: Vec<Vec<u8>> = expected.iter_mut().map(restored).collect();
-                    give_back(rows, &mine, &to);
-                    return Err(e);
+                if let Err(e) = acquire(rows, i, &mut expected[i], &c.mine[i], &c.old[i], &mut c.seen[i], wait) {
+                    return Err(c.abandon(rows, expected, e));
                 }
                 i = 0;
             }
-            Err(e) => {
-                let to: Vec<Vec<u8>> = expected.iter_mut().map(restored).collect();
-                give_back(rows, &mine, &to);
-                return Err(e);
-            }
+            Err(e) => return Err(c.abandon(rows, expected, e)),
         }
     }
-    Ok(mine)
+    Ok(c.mine)
+}
+
+/// What [`claim`] keeps per row.
+struct Claims {
+    /// The claim value each row is (to be) held with.
+    mine: Vec<Vec<u8>>,
+    /// Earlier claim values of this request per row, given back (a give-back
+    /// whose answer was lost may have left one in place: still ours).
+    old: Vec<Vec<Vec<u8>>>,
+    held: Vec<bool>,
+    /// When the earliest row still held was claimed (patience runs from it).
+    held_since: Option<Instant>,
+    /// Per row, the claim last seen on it and since when.
+    seen: Vec<Option<(Vec<u8>, Instant)>>,
+}
+
+impl Claims {
+    /// Gives back the rows held from `from` on (nothing written under
+    /// them); each gets a fresh claim value for next time.
+    fn give_back_from(&mut self, rows: &impl Rows, expected: &mut [Vec<u8>], from: usize) {
+        let back: Vec<(usize, Vec<u8>, Vec<u8>)> = (from..self.held.len())
+            .filter(|&j| self.held[j])
+            .map(|j| (j, self.mine[j].clone(), restored(&mut expected[j])))
+            .collect();
+        cleanup(|| rows.swap_many(&back));
+        for (j, ..) in back {
+            self.held[j] = false;
+            let fresh = claim_value();
+            self.old[j].push(std::mem::replace(&mut self.mine[j], fresh));
+        }
+        if !self.held.iter().any(|h| *h) {
+            self.held_since = None;
+        }
+    }
+
+    /// Gives back every row this request may hold, and returns `e`.
+    fn abandon(&mut self, rows: &impl Rows, expected: &mut [Vec<u8>], e: StorageError) -> StorageError {
+        let to: Vec<Vec<u8>> = expected.iter_mut().map(restored).collect();
+        let mut swaps = Vec::new();
+        for (j, to) in to.iter().enumerate() {
+            for value in self.old[j].iter().chain([&self.mine[j]]) {
+                swaps.push((j, value.clone(), to.clone()));
+            }
+        }
+        cleanup(|| rows.swap_many(&swaps));
+        e
+    }
 }
 
 /// How [`acquire`] waits.
@@ -280,26 +337,33 @@ pub fn claim(rows: &mut impl Rows, expected: &mut [Vec<u8>], timing: Timing) -> 
 struct Wait {
     /// Claim the row (else only wait until it can be claimed).
     take: bool,
-    /// Give up (Ok(false)) after waiting this long.
-    patience: Option<Duration>,
+    /// Give up (Ok(false)) once waiting past this instant.
+    give_up_at: Option<Instant>,
     started: Instant,
     timing: Timing,
 }
 
+/// Failed `checkAndPut`s in a row (no answer, or a call error) after which
+/// [`acquire`] fails the request.
+const MAX_SWAP_ERRORS: u32 = 3;
+
 /// Takes row `i` alone: waits while another request's claim is on it
 /// (taking it over once the same claim has been seen for the lease), and
-/// reads it again after a lost `checkAndPut`. Ok(false) past the wait's
-/// patience; with `take` false, Ok(true) as soon as it could be taken.
+/// reads it again after a lost `checkAndPut`. A claim value in `old` is
+/// this request's own, given back unanswered: taken at once. Ok(false)
+/// past the wait's `give_up_at`; with `take` false, Ok(true) as soon as it
+/// could be taken.
 fn acquire(
     rows: &mut impl Rows,
     i: usize,
     expected: &mut Vec<u8>,
     mine: &[u8],
+    old: &[Vec<u8>],
     seen: &mut Option<(Vec<u8>, Instant)>,
     wait: Wait,
 ) -> Result<bool, StorageError> {
-    let since = Instant::now();
     let mut pause = Duration::from_millis(1);
+    let mut errors = 0;
     loop {
         if expected.as_slice() == mine {
             return Ok(true); // an earlier swap landed though its answer was lost
@@ -311,8 +375,12 @@ fn acquire(
                 wait.timing.budget.as_secs()
             )));
         }
-        if is_claimed(expected) && !abandoned(expected, seen, wait.timing.lease) {
-            if wait.patience.is_some_and(|p| since.elapsed() >= p) {
+        if !is_claimed(expected) {
+            *seen = None; // a claim seen after this one is a new one
+        }
+        let others = is_claimed(expected) && !old.contains(expected);
+        if others && !abandoned(expected, seen, wait.timing.lease) {
+            if wait.give_up_at.is_some_and(|t| Instant::now() >= t) {
                 return Ok(false);
             }
             std::thread::sleep(jittered(pause));
@@ -328,8 +396,18 @@ fn acquire(
         let swap = [(i, expected.clone(), mine.to_vec())];
         match rows.swap_many(&swap).pop() {
             Some(Ok(true)) => return Ok(true),
-            Some(Ok(false)) | Some(Err(_)) | None => *expected = rows.reread(i)?,
+            Some(Ok(false)) => errors = 0,
+            Some(Err(e)) => {
+                errors += 1;
+                if errors >= MAX_SWAP_ERRORS {
+                    return Err(e);
+                }
+                std::thread::sleep(jittered(pause));
+                pause = (pause * 2).min(MAX_PAUSE);
+            }
+            None => return Err(StorageError::Unavailable("checkAndPut answered nothing".into())),
         }
+        *expected = rows.reread(i)?;
     }
 }
 
@@ -377,19 +455,42 @@ fn restored(expected: &mut Vec<u8>) -> Vec<u8> {
 /// a row left claimed is taken over after the lease.
 pub fn give_back(rows: &impl Rows, mine: &[Vec<u8>], to: &[Vec<u8>]) {
     let swaps: Vec<(usize, Vec<u8>, Vec<u8>)> = (0..mine.len()).map(|i| (i, mine[i].clone(), to[i].clone())).collect();
-    rows.swap_many(&swaps);
+    cleanup(|| rows.swap_many(&swaps));
+}
+
+/// Runs `f` even if the gRPC caller has left (the pool skips a gone
+/// caller's calls): a claim left behind stalls every replica for a lease.
+fn cleanup<T>(f: impl FnOnce() -> T) -> T {
+    crate::storage::caller::run_for(None, f)
 }
 
 /// Releases every row after the bits are written: each guard from this
 /// request's claim value to a fresh free value. Per row, whether the release
-/// landed; a row that was taken over (or whose answer was lost) is `false`,
-/// and its bits must be answered as set.
+/// landed; a row taken over is `false`, and its bits must be answered as
+/// set. A release that failed without an answer is checked by reading the
+/// guard: the fresh value means it landed, this request's claim is released
+/// again once, anything else is `false`.
 pub fn release(rows: &impl Rows, mine: &[Vec<u8>]) -> Vec<bool> {
-    let swaps: Vec<(usize, Vec<u8>, Vec<u8>)> = (0..mine.len()).map(|i| (i, mine[i].clone(), free_value())).collect();
-    rows.swap_many(&swaps)
-        .into_iter()
-        .map(|r| matches!(r, Ok(true)))
-        .collect()
+    cleanup(|| {
+        let swaps: Vec<(usize, Vec<u8>, Vec<u8>)> =
+            (0..mine.len()).map(|i| (i, mine[i].clone(), free_value())).collect();
+        let answers = rows.swap_many(&swaps);
+        swaps
+            .iter()
+            .zip(answers)
+            .map(|((i, mine, fresh), answer)| match answer {
+                Ok(released) => released,
+                Err(_) => match rows.peek(*i) {
+                    Ok(now) if now == *fresh => true,
+                    Ok(now) if now == *mine => {
+                        let again = [(*i, mine.clone(), free_value())];
+                        matches!(rows.swap_many(&again).pop(), Some(Ok(true)))
+                    }
+                    _ => false,
+                },
+            })
+            .collect()
+    })
 }
 
 #[cfg(test)]

@@ -162,6 +162,18 @@ impl HbaseStore {
         layout::data_table(&self.table, &self.farm, d.level == Level::Dc)
     }
 
+    /// What requests served together (`combine.rs`) must share: the same
+    /// rows, i.e. one data table, client, name and geometry.
+    fn rows_key(&self, d: &Deduper) -> String {
+        format!(
+            "{}\u{0}{}\u{0}{}\u{0}{:?}",
+            self.data_table(d),
+            d.client_id,
+            d.name,
+            d.geometry
+        )
+    }
+
     /// One read call: `getRowWithColumns` for one row, `getRowsWithColumns`
     /// for several.
     fn read_group(&self, table: &str, group: &ReadGroup) -> Result<Vec<TRowResult>, StorageError> {
@@ -362,7 +374,9 @@ impl HbaseStore {
             all: &all,
             ranges,
             cells,
-            ttl_ms: i64::try_from(d.expiry_seconds.saturating_mul(1000)).unwrap_or(i64::MAX),
+            ttl_ms: i64::try_from(d.expiry_seconds.saturating_mul(1000))
+                .unwrap_or(i64::MAX)
+                .saturating_add(guard::TTL_SLACK.as_millis() as i64),
         };
         let mine = guard::claim(&mut guarded, &mut expected, guard::Timing::default())?;
         let mut answers = combine::answers(members, &all, &guarded.cells);
@@ -605,20 +619,13 @@ impl Store for HbaseStore {
         if !self.config.add_if_absent_guard {
             return self.read_and_write_bits(deduper, bits, expire_ms, &mut |_: &[Cell]| Ok(()));
         }
-        // Same rows only: one data table, client, name and geometry.
-        let key = format!(
-            "{}\u{0}{}\u{0}{}\u{0}{:?}",
-            self.data_table(deduper),
-            deduper.client_id,
-            deduper.name,
-            deduper.geometry
-        );
         let member = combine::Member {
             bits: bits.to_vec(),
             expire_ms,
         };
-        self.combiner
-            .serve(&key, member, |members| self.guarded_round(deduper, members, None))
+        self.combiner.serve(&self.rows_key(deduper), member, |members| {
+            self.guarded_round(deduper, members, None)
+        })
     }
 
     /// Errors besides the claim's (`meta.rs`): `Precondition` while a

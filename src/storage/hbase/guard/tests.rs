@@ -34,6 +34,10 @@ fn claim_values_are_told_from_free_ones_old_and_new() {
 #[derive(Default)]
 struct Table {
     rows: Mutex<Vec<(BTreeSet<u32>, Vec<u8>)>>,
+    /// `checkAndPut`s that found another value (contention happened).
+    refused: std::sync::atomic::AtomicUsize,
+    /// The next this many `checkAndPut`s land but answer an error (a lost answer).
+    lose_answers: std::sync::atomic::AtomicUsize,
 }
 
 /// One request's view of the table: the table rows it touches (in order)
@@ -83,6 +87,19 @@ impl Rows for Request<'_> {
                 let won = row.1 == *expected;
                 if won {
                     row.1 = new.clone();
+                } else {
+                    self.table.refused.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+                let lose = &self.table.lose_answers;
+                if lose
+                    .fetch_update(
+                        std::sync::atomic::Ordering::SeqCst,
+                        std::sync::atomic::Ordering::SeqCst,
+                        |n| n.checked_sub(1),
+                    )
+                    .is_ok()
+                {
+                    return Err(StorageError::Unavailable("answer lost".into()));
                 }
                 Ok(won)
             })
@@ -163,6 +180,8 @@ fn racing_requests_answer_each_entity_absent_exactly_once_and_new_ones_absent() 
     }
     let rows = table.rows.lock().unwrap();
     assert!(rows.iter().all(|(_, g)| !is_claimed(g)), "a row left claimed");
+    let refused = table.refused.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(refused > 0, "no claim was ever refused: the race did not happen");
 }
 
 /// A row found claimed is waited for, and taken once its holder releases
@@ -252,4 +271,36 @@ fn a_row_taken_over_and_given_back_is_left_free() {
         kept,
         "a free value read with the bits is restored as it was"
     );
+}
+
+/// A release whose answer was lost is checked by reading the guard: it
+/// landed, so the row is released and its answers stand.
+#[test]
+fn a_release_whose_answer_was_lost_is_checked_not_taken_as_refused() {
+    let table = Table::default();
+    *table.rows.lock().unwrap() = vec![(BTreeSet::new(), Vec::new())];
+    let (mut req, mut expected) = Request::new(&table, vec![vec![1]]);
+    let mine = claim(&mut req, &mut expected, Timing::default()).unwrap();
+    table.lose_answers.store(1, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(release(&req, &mine), vec![true]);
+    assert!(!is_claimed(&table.rows.lock().unwrap()[0].1));
+}
+
+/// Claims a dead replica left on three rows are all watched from the read
+/// on, so the request takes them over after about one lease, not three.
+#[test]
+fn several_dead_claims_are_taken_over_after_one_lease() {
+    let timing = Timing {
+        lease: Duration::from_millis(600),
+        patience: Duration::from_millis(300),
+        budget: Duration::from_secs(20),
+    };
+    let table = Table::default();
+    *table.rows.lock().unwrap() = (0..3).map(|_| (BTreeSet::new(), claim_value())).collect();
+    let started = Instant::now();
+    let answers = add_if_absent_at(&table, vec![0, 1, 2], &[vec![1, 2, 3]], timing);
+    let took = started.elapsed();
+    assert_eq!(answers, vec![true]);
+    assert!(took >= timing.lease, "taken over after {took:?}");
+    assert!(took < timing.lease * 2, "one lease per dead row: {took:?}");
 }
