@@ -147,23 +147,6 @@ pub fn swap(
     })
 }
 
-/// The guard value of `row` alone (empty when it has none): one cheap
-/// `getRowWithColumns` while waiting for a claimed row.
-pub fn read(pool: &Pool, tables: &Tables, table: &str, row: &[u8]) -> Result<Vec<u8>, StorageError> {
-    let what = format!("getRowWithColumns {table} (AddIfAbsent guard)");
-    let rows = tables.on_table(pool, table, &what, || {
-        pool.call(Retry::Idempotent, |c| {
-            c.get_row_with_columns(
-                table.as_bytes().to_vec(),
-                row.to_vec(),
-                vec![column()],
-                Attributes::new(),
-            )
-        })
-    })?;
-    Ok(values(&rows).into_values().next().unwrap_or_default())
-}
-
 /// What [`claim`] needs of the touched rows, by index in the order rows are
 /// claimed (the same order in every replica: shard order).
 pub trait Rows {
@@ -183,9 +166,10 @@ pub trait Rows {
 pub struct Timing {
     /// [`CLAIM_LEASE`].
     pub lease: Duration,
-    /// Longest wait for one row while holding others ([`CLAIM_LEASE`] / 2):
-    /// past it the held rows are given back, so a wait for a dead replica's
-    /// claim never lets this request's own claims be taken over.
+    /// Longest a request holds rows while waiting for another, counted from
+    /// its earliest held claim ([`CLAIM_LEASE`] / 2): past it the held rows
+    /// are given back, so a wait for a dead replica's claim does not get this
+    /// request's own claims taken over.
     pub patience: Duration,
     /// [`CLAIM_BUDGET`].
     pub budget: Duration,

@@ -446,8 +446,12 @@ impl guard::Rows for GuardedRows<'_> {
     }
 
     fn peek(&self, i: usize) -> Result<Vec<u8>, StorageError> {
-        let s = self.store;
-        guard::read(&s.pool, &s.tables, self.table, &self.rows[i])
+        let only_guard = ReadGroup {
+            rows: vec![self.rows[i].clone()],
+            columns: vec![guard::column()],
+        };
+        let read = self.store.read_group(self.table, &only_guard)?;
+        Ok(guard::values(&read).into_values().next().unwrap_or_default())
     }
 
     fn swap_many(&self, swaps: &[(usize, Vec<u8>, Vec<u8>)]) -> Vec<Result<bool, StorageError>> {

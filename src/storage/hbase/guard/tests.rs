@@ -107,6 +107,15 @@ impl Rows for Request<'_> {
     }
 }
 
+/// A lease and patience of milliseconds, with a 20 s budget.
+fn short(lease_ms: u64, patience_ms: u64) -> Timing {
+    Timing {
+        lease: Duration::from_millis(lease_ms),
+        patience: Duration::from_millis(patience_ms),
+        budget: Duration::from_secs(20),
+    }
+}
+
 /// One guarded AddIfAbsent of `entities` (each a bit per row) against
 /// `table`: claim, answer from the reads, write, release. Per entity, whether
 /// it was answered absent.
@@ -227,11 +236,7 @@ fn a_release_after_a_takeover_is_refused() {
 /// first one takes row 1 over after the lease and answers from the rows.
 #[test]
 fn a_wait_for_a_dead_claim_gives_back_the_rows_held_meanwhile() {
-    let timing = Timing {
-        lease: Duration::from_millis(2_000),
-        patience: Duration::from_millis(200),
-        budget: Duration::from_secs(20),
-    };
+    let timing = short(2_000, 200);
     let table = Arc::new(Table::default());
     *table.rows.lock().unwrap() = vec![(BTreeSet::new(), Vec::new()), (BTreeSet::from([5]), claim_value())];
     let started = Instant::now();
@@ -290,11 +295,7 @@ fn a_release_whose_answer_was_lost_is_checked_not_taken_as_refused() {
 /// on, so the request takes them over after about one lease, not three.
 #[test]
 fn several_dead_claims_are_taken_over_after_one_lease() {
-    let timing = Timing {
-        lease: Duration::from_millis(600),
-        patience: Duration::from_millis(300),
-        budget: Duration::from_secs(20),
-    };
+    let timing = short(600, 300);
     let table = Table::default();
     *table.rows.lock().unwrap() = (0..3).map(|_| (BTreeSet::new(), claim_value())).collect();
     let started = Instant::now();
