@@ -131,13 +131,6 @@ pub fn plan_reads(d: &Deduper, bits: &[BitAddr], legacy: bool, limits: CallLimit
     groups
 }
 
-/// Whether every row of `groups` is read by one call alone, so a column
-/// added to each call (the guard) is read atomically with that row's bits.
-pub fn one_call_per_row(groups: &[ReadGroup]) -> bool {
-    let mut seen = HashSet::new();
-    groups.iter().flat_map(|g| &g.rows).all(|r| seen.insert(r))
-}
-
 /// Fills `cells` (one per entry of `bits`) from the rows HBase returned.
 /// Cells of union columns a row was not asked for are ignored. `Corrupt`
 /// when a requested cell's value has the wrong length.
@@ -351,7 +344,6 @@ mod tests {
             assert_eq!(groups.len(), 10, "legacy {legacy}");
             assert!(groups.iter().all(|g| g.rows.len() == 1));
             assert_eq!(asked(&groups), wanted * per_bit, "legacy {legacy}");
-            assert!(one_call_per_row(&groups));
             for g in &groups {
                 let shard = (0..10).find(|&s| row_key(&d, s) == g.rows[0]).unwrap();
                 let own = bits.iter().filter(|a| a.shard == shard).count() as u64;
@@ -378,7 +370,6 @@ mod tests {
             assert_eq!(groups.len(), calls, "legacy {legacy}");
             assert!(groups.iter().all(|g| g.rows.len() == 1 && g.asked() <= 4_096));
             assert_eq!(asked(&groups), wanted * if legacy { 2 } else { 1 });
-            assert!(!one_call_per_row(&groups));
         }
         // One entity: one row, its 7 bits (14 columns with markers).
         let (_, one) = issue_20(1);

@@ -2,16 +2,17 @@
 //! on the same new entity do not both answer "absent", and neither answers
 //! "present" for an entity only the other one sent.
 //!
-//! Each data row may carry one guard cell, `S:solus#guard`. Its value is
-//! *free* (16 random bytes, or no cell) or *claimed* ([`CLAIM_TAG`] and 16
-//! random bytes: a request is writing the row). An `AddIfAbsent`:
-//! 1. reads each touched row's guard **no later than** its bits (in the same
-//!    `getRowWithColumns` call when it can, which HBase answers atomically
-//!    per row; else in a call made first);
-//! 2. claims every row: `checkAndPut` of the guard from the value it read to
-//!    its own claim value (atomic per row in HBase). A row found claimed is
-//!    waited for; a row whose claim fails is read again (bits and guard) and
-//!    claimed again ([`claim`]);
+//! Each shard row has one guard cell, `S:solus#guard#<shard>` in the
+//! deduper's *guard row* ([`layout::guard_row_key`], one narrow row per
+//! deduper beside its shard rows). Its value is *free* (16 random bytes, or
+//! no cell) or *claimed* ([`CLAIM_TAG`] and 16 random bytes: a request is
+//! writing the shard row). An `AddIfAbsent`:
+//! 1. reads the guards of its touched rows (one call), then their bits: a
+//!    guard is read **no later than** its row's bits;
+//! 2. claims every row: `checkAndPut` of its guard from the value it read
+//!    to its own claim value (atomic per cell in HBase). A row found claimed
+//!    is waited for; a row whose claim fails is read again (guard, then
+//!    bits) and claimed again ([`claim`]);
 //! 3. answers from what it read, writes its bits (`mutateRowsTs`, as any
 //!    add), and
 //! 4. releases each row: `checkAndPut` from its claim value to a fresh free
@@ -19,15 +20,21 @@
 //!
 //! Why it holds: a request only answers from a read whose guard value was
 //! still in place when its claim landed. Every request that wrote bits
-//! changed the guard after that read (its claim), and put a fresh value back
-//! only after its bits had landed (its release); values are random, and the
-//! only value ever put back is one a request gave back with nothing written
-//! under its claim, so a claim that succeeds read every completed writer's
-//! bits. Two claims of a row never overlap, so a request never writes under
-//! another's read. A request waits for one row only while it holds no row
-//! after it in the rows' order (`claim` gives those back first), so two
-//! requests never wait for each other; and it holds rows for at most half a
-//! lease while waiting, then gives them back.
+//! changed the guard before that read's bits could miss them (its claim),
+//! and put a fresh value back only after its bits had landed (its release);
+//! values are random, and the only value ever put back is one a request
+//! gave back with nothing written under its claim, so a claim that succeeds
+//! read every completed writer's bits. Two claims of a row never overlap,
+//! so a request never writes under another's read. A request waits for one
+//! row only while it holds no row after it in the rows' order (`claim`
+//! gives those back first), so two requests never wait for each other; and
+//! it holds rows for at most half a lease while waiting, then gives them
+//! back.
+//!
+//! Why a guard row and not a cell in each shard row (as before 2026-12-05
+//! evening): `checkAndPut` reads the row it guards, and a shard row is
+//! wide (~10^6 bit cells); two of them per row and round cost HBase as much
+//! as the round's reads (docs/hbase.md, "What the claim costs").
 //!
 //! A claim left by a replica that died (or stalled) is taken over once the
 //! same claim value has been seen for [`CLAIM_LEASE`] on this process's
@@ -39,8 +46,9 @@
 //! checked by reading the guard. The guard cell's `_ttl` is the deduper's
 //! expiry plus [`TTL_SLACK`].
 //!
-//! Cost: two `checkAndPut`s per touched row per round (`combine.rs`), plus
-//! re-reads only under contention (docs/hbase.md, "The AddIfAbsent guard").
+//! Cost: one guard read and two `checkAndPut`s of narrow cells per touched
+//! row per round (`combine.rs`), plus re-reads only under contention
+//! (docs/hbase.md, "The AddIfAbsent guard").
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -53,8 +61,8 @@ use super::tables::Tables;
 use crate::contract::layout;
 use crate::storage::StorageError;
 
-/// Qualifier of the guard cell in family `S` (no `#ttl` suffix: never read
-/// as a bit, and no bit qualifier is text).
+/// Qualifier prefix of the guard cells in family `S` of the guard row:
+/// `solus#guard#<shard>`.
 pub const GUARD_QUALIFIER: &str = "solus#guard";
 
 /// First byte of a claimed guard value (17 bytes long; free values, this
@@ -81,23 +89,28 @@ pub const TTL_SLACK: Duration = Duration::from_secs(120);
 /// Longest pause between two looks at a claimed row.
 const MAX_PAUSE: Duration = Duration::from_millis(50);
 
-/// `S:solus#guard` as a Thrift column.
-pub fn column() -> Vec<u8> {
-    codec::column(layout::DATA_FAMILY, GUARD_QUALIFIER)
+/// `S:solus#guard#<shard>`, the guard of shard row `shard`, as a Thrift
+/// column of the guard row.
+pub fn column(shard: u32) -> Vec<u8> {
+    codec::column(layout::DATA_FAMILY, &format!("{GUARD_QUALIFIER}#{shard}"))
 }
 
-/// Guard cell values by row key.
-pub type GuardValues = BTreeMap<Vec<u8>, Vec<u8>>;
+/// Guard cell values by shard.
+pub type GuardValues = BTreeMap<u32, Vec<u8>>;
 
-/// Guard values by row key, from rows HBase returned (rows without one are
-/// left out: their value is empty, and `checkAndPut` with an empty expected
-/// value matches an absent cell).
+/// Guard values by shard, from the guard row as HBase returned it (shards
+/// without a cell are left out: their value is empty, and `checkAndPut`
+/// with an empty expected value matches an absent cell; other columns are
+/// ignored).
 pub fn values(rows: &[TRowResult]) -> GuardValues {
-    let col = column();
+    let prefix = column(0);
+    let prefix = &prefix[..prefix.len() - 1];
     rows.iter()
-        .filter_map(|r| {
-            let value = r.columns.as_ref()?.get(&col)?.value.clone()?;
-            Some((r.row.clone()?, value))
+        .filter_map(|r| r.columns.as_ref())
+        .flatten()
+        .filter_map(|(col, cell)| {
+            let shard = std::str::from_utf8(col.strip_prefix(prefix)?).ok()?.parse().ok()?;
+            Some((shard, cell.value.clone()?))
         })
         .collect()
 }
@@ -119,28 +132,37 @@ pub fn is_claimed(value: &[u8]) -> bool {
     value.len() == 17 && value[0] == CLAIM_TAG
 }
 
-/// Swaps the guard of `row` from `expected` to `new` with `checkAndPut`.
-/// Ok(false) when the guard held something else. Made once: a lost answer
-/// is an error, and the caller reads the guard to learn what happened.
+/// Where a deduper's guards live: its guard row in its data table, and the
+/// `_ttl` (ms) the guard cells are written with.
+pub struct GuardRow<'a> {
+    pub table: &'a str,
+    pub row: Vec<u8>,
+    pub ttl_ms: i64,
+}
+
+/// Swaps the guard of shard `shard` from `expected` to `new` with
+/// `checkAndPut`. Ok(false) when the guard held something else. Made once:
+/// a lost answer is an error, and the caller reads the guard to learn what
+/// happened.
 pub fn swap(
     pool: &Pool,
     tables: &Tables,
-    table: &str,
-    row: &[u8],
+    at: &GuardRow<'_>,
+    shard: u32,
     expected: &[u8],
     new: &[u8],
-    ttl_ms: i64,
 ) -> Result<bool, StorageError> {
+    let table = at.table;
     let what = format!("checkAndPut {table} (AddIfAbsent guard)");
-    let attributes: Attributes = codec::ttl_attributes(ttl_ms);
+    let attributes: Attributes = codec::ttl_attributes(at.ttl_ms);
     tables.on_table(pool, table, &what, || {
         pool.call(Retry::Once, |c| {
             c.check_and_put(
                 table.as_bytes().to_vec(),
-                row.to_vec(),
-                column(),
+                at.row.clone(),
+                column(shard),
                 expected.to_vec(),
-                codec::put(column(), new.to_vec()),
+                codec::put(column(shard), new.to_vec()),
                 attributes.clone(),
             )
         })
@@ -150,7 +172,7 @@ pub fn swap(
 /// What [`claim`] needs of the touched rows, by index in the order rows are
 /// claimed (the same order in every replica: shard order).
 pub trait Rows {
-    /// Reads row `i`'s bits again with its guard (the guard no later than
+    /// Reads row `i`'s guard, then its bits again (the guard no later than
     /// the bits), keeping the cells for the answer; returns the guard value.
     fn reread(&mut self, i: usize) -> Result<Vec<u8>, StorageError>;
     /// Row `i`'s guard value alone.

@@ -206,7 +206,8 @@ impl HbaseStore {
     }
 
     /// The cells of `bits`, and with `guards` the `AddIfAbsent` guard value
-    /// of every touched row, read no later than its bits (`guard.rs`).
+    /// of every touched shard row, read first (one call of the guard row),
+    /// so no later than its bits (`guard.rs`).
     fn read_with_guards(
         &self,
         d: &Deduper,
@@ -219,29 +220,18 @@ impl HbaseStore {
         }
         self.tables.ensure_data(&self.pool)?;
         let table = self.data_table(d);
+        let guard_values = if guards {
+            let shards: BTreeSet<u32> = bits.iter().map(|a| a.shard).collect();
+            self.read_guards(&table, d, &shards.into_iter().collect::<Vec<_>>())?
+        } else {
+            guard::GuardValues::new()
+        };
         let limits = data::CallLimits {
             cells: self.config.max_cells_per_read,
             bytes: self.config.max_request_bytes,
         };
         let legacy = self.config.read_legacy_markers.read_for(d);
-        let mut groups = data::plan_reads(d, bits, legacy, limits);
-        let mut guard_values = guard::GuardValues::new();
-        let guards_with_bits = guards && data::one_call_per_row(&groups);
-        if guards {
-            if guards_with_bits {
-                // One call per row: HBase reads each row atomically, guard and bits together.
-                for g in &mut groups {
-                    g.columns.push(guard::column());
-                }
-            } else {
-                let rows = touched_rows(d, bits).into_iter().collect();
-                let first = ReadGroup {
-                    rows,
-                    columns: vec![guard::column()],
-                };
-                guard_values = guard::values(&self.read_group(&table, &first)?);
-            }
-        }
+        let groups = data::plan_reads(d, bits, legacy, limits);
         tracing::trace!(
             calls = groups.len(),
             legacy,
@@ -256,10 +246,16 @@ impl HbaseStore {
         .flatten()
         .collect();
         data::decode_rows(d, bits, &results, &mut cells)?;
-        if guards_with_bits {
-            guard_values = guard::values(&results);
-        }
         Ok((cells, guard_values))
+    }
+
+    /// The guard values of `shards` of `d`, from its guard row (one call).
+    fn read_guards(&self, table: &str, d: &Deduper, shards: &[u32]) -> Result<guard::GuardValues, StorageError> {
+        let group = ReadGroup {
+            rows: vec![layout::guard_row_key(&d.client_id, &d.name)],
+            columns: shards.iter().map(|&s| guard::column(s)).collect(),
+        };
+        Ok(guard::values(&self.read_group(table, &group)?))
     }
 
     /// AddIfAbsent with the guard (`guard.rs`), alone: a round of one
@@ -357,9 +353,9 @@ impl HbaseStore {
         // instead of contending for the claims in HBase.
         let _held = self.row_locks.lock(&table, &rows);
         let (cells, guards) = self.read_with_guards(d, &all, true)?;
-        let mut expected: Vec<Vec<u8>> = rows
+        let mut expected: Vec<Vec<u8>> = shards
             .iter()
-            .map(|r| guards.get(r).cloned().unwrap_or_default())
+            .map(|s| guards.get(s).cloned().unwrap_or_default())
             .collect();
         // `all` is sorted by shard: each row's bits are one run of it.
         let ranges = shards
@@ -369,14 +365,17 @@ impl HbaseStore {
         let mut guarded = GuardedRows {
             store: self,
             d,
-            table: &table,
-            rows: &rows,
+            at: guard::GuardRow {
+                table: &table,
+                row: layout::guard_row_key(&d.client_id, &d.name),
+                ttl_ms: i64::try_from(d.expiry_seconds.saturating_mul(1000))
+                    .unwrap_or(i64::MAX)
+                    .saturating_add(guard::TTL_SLACK.as_millis() as i64),
+            },
+            shards: &shards,
             all: &all,
             ranges,
             cells,
-            ttl_ms: i64::try_from(d.expiry_seconds.saturating_mul(1000))
-                .unwrap_or(i64::MAX)
-                .saturating_add(guard::TTL_SLACK.as_millis() as i64),
         };
         let mine = guard::claim(&mut guarded, &mut expected, guard::Timing::default())?;
         let mut answers = combine::answers(members, &all, &guarded.cells);
@@ -426,15 +425,14 @@ impl HbaseStore {
 struct GuardedRows<'a> {
     store: &'a HbaseStore,
     d: &'a Deduper,
-    table: &'a str,
-    /// Row keys, in shard order.
-    rows: &'a [Vec<u8>],
+    at: guard::GuardRow<'a>,
+    /// The round's shards, in order (row `i` is shard `shards[i]`).
+    shards: &'a [u32],
     /// The round's bits, sorted; `cells[j]` is `all[j]`.
     all: &'a [BitAddr],
     /// Each row's bits within `all`.
     ranges: Vec<std::ops::Range<usize>>,
     cells: Vec<Cell>,
-    ttl_ms: i64,
 }
 
 impl guard::Rows for GuardedRows<'_> {
@@ -442,43 +440,25 @@ impl guard::Rows for GuardedRows<'_> {
         let range = self.ranges[i].clone();
         let (cells, guards) = self.store.read_with_guards(self.d, &self.all[range.clone()], true)?;
         self.cells[range].copy_from_slice(&cells);
-        Ok(guards.get(&self.rows[i]).cloned().unwrap_or_default())
+        Ok(guards.get(&self.shards[i]).cloned().unwrap_or_default())
     }
 
     fn peek(&self, i: usize) -> Result<Vec<u8>, StorageError> {
-        let only_guard = ReadGroup {
-            rows: vec![self.rows[i].clone()],
-            columns: vec![guard::column()],
-        };
-        let read = self.store.read_group(self.table, &only_guard)?;
-        Ok(guard::values(&read).into_values().next().unwrap_or_default())
+        let shard = self.shards[i];
+        let read = self.store.read_guards(self.at.table, self.d, &[shard])?;
+        Ok(read.get(&shard).cloned().unwrap_or_default())
     }
 
     fn swap_many(&self, swaps: &[(usize, Vec<u8>, Vec<u8>)]) -> Vec<Result<bool, StorageError>> {
         let s = self.store;
         let swap = |(i, expected, new): &(usize, Vec<u8>, Vec<u8>)| {
-            Ok(guard::swap(
-                &s.pool,
-                &s.tables,
-                self.table,
-                &self.rows[*i],
-                expected,
-                new,
-                self.ttl_ms,
-            ))
+            Ok(guard::swap(&s.pool, &s.tables, &self.at, self.shards[*i], expected, new))
         };
         match in_parallel(swaps, s.parallel_calls(), OnError::Continue, swap) {
             Ok(each) => each,
             Err(e) => swaps.iter().map(|_| Err(e.clone())).collect(),
         }
     }
-}
-
-/// Row keys of the shard rows `bits` touch.
-fn touched_rows(d: &Deduper, bits: &[BitAddr]) -> BTreeSet<Vec<u8>> {
-    bits.iter()
-        .map(|a| layout::data_row_key(a.shard, &d.client_id, &d.name))
-        .collect()
 }
 
 /// Most HBase calls one request runs at once (each on its own pooled connection).

@@ -4,19 +4,24 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 #[test]
-fn guard_values_by_row_and_absent_ones_left_out() {
+fn guard_values_by_shard_and_absent_ones_left_out() {
     let cell = |v: &[u8]| TCell::new(v.to_vec(), 1);
-    let rows = vec![
-        TRowResult::new(b"r1".to_vec(), BTreeMap::from([(column(), cell(b"n1"))]), None),
-        TRowResult::new(
-            b"r2".to_vec(),
-            BTreeMap::from([(b"S:7#ttl".to_vec(), cell(&[0; 8]))]),
-            None,
-        ),
-    ];
+    assert_eq!(column(12), b"S:solus#guard#12");
+    let rows = vec![TRowResult::new(
+        b"guard-row".to_vec(),
+        BTreeMap::from([
+            (column(3), cell(b"n3")),
+            (column(12), cell(b"n12")),
+            (b"S:solus#guard".to_vec(), cell(b"old")),
+            (b"S:7#ttl".to_vec(), cell(&[0; 8])),
+        ]),
+        None,
+    )];
     let got = values(&rows);
-    assert_eq!(got, BTreeMap::from([(b"r1".to_vec(), b"n1".to_vec())]));
-    assert_eq!(column(), b"S:solus#guard");
+    assert_eq!(
+        got,
+        BTreeMap::from([(3, b"n3".to_vec()), (12, b"n12".to_vec())])
+    );
 }
 
 #[test]
@@ -29,8 +34,9 @@ fn claim_values_are_told_from_free_ones_old_and_new() {
     assert_ne!(claim_value(), claim_value());
 }
 
-/// An in-memory HBase stand-in: per row a set of bits and a guard value,
-/// each row read and swapped atomically, as HBase does per row.
+/// An in-memory HBase stand-in: per row a set of bits and a guard value;
+/// a guard is swapped atomically (`checkAndPut`), and read before, not
+/// with, its row's bits (the guard row is another HBase row).
 #[derive(Default)]
 struct Table {
     rows: Mutex<Vec<(BTreeSet<u32>, Vec<u8>)>>,
@@ -69,10 +75,12 @@ impl Request<'_> {
 
 impl Rows for Request<'_> {
     fn reread(&mut self, i: usize) -> Result<Vec<u8>, StorageError> {
+        let guard = self.table.rows.lock().unwrap()[self.at[i]].1.clone();
+        std::thread::yield_now(); // another request may write in between
         let rows = self.table.rows.lock().unwrap();
         let row = &rows[self.at[i]];
         self.seen[i] = self.wanted[i].iter().map(|b| row.0.contains(b)).collect();
-        Ok(row.1.clone())
+        Ok(guard)
     }
     fn peek(&self, i: usize) -> Result<Vec<u8>, StorageError> {
         Ok(self.table.rows.lock().unwrap()[self.at[i]].1.clone())
