@@ -45,8 +45,8 @@
 //! `read_and_write_bits` reads, then writes: between the two another request
 //! (this replica or another) can add the same entity, and both would answer
 //! "absent". With `storage.hbase.add_if_absent_guard` (default on) a guard
-//! cell per shard row, claimed with `checkAndPut` before the write and
-//! released after, closes that window: a request answers only from a read
+//! cell per shard row (in the deduper's narrow guard row), claimed with
+//! `checkAndPut` before the write and released after, closes that window: a request answers only from a read
 //! no other writer overtook, reading a contended row again (`guard.rs`; two
 //! `checkAndPut`s per touched row, cost measured in docs/hbase.md). Nothing
 //! is ever lost either way: every write lands and the max expiry wins.
