@@ -2,8 +2,10 @@
 # Solus on a real Apache HBase against HBase's own Java client doing the same
 # logical work (bench/hbase-client: one Table.get(List<Get>) of each touched
 # shard row's <bit>#ttl qualifiers, then one Table.put(List<Put>) with setTTL,
-# as the original Java Solus does). Both drive the same deduper (created through
-# Solus: n = N, p = P), same geometry, same kind of random keys, one run each
+# as the original Java Solus does). Each drives its own deduper (both created
+# through Solus at the start: n = N, p = P, same geometry; DEDUPERS=shared: one
+# for both, the method before 2026-12-05 19:30, where the second run of a pair
+# reads rows the first one filled), same kind of random keys, one run each
 # ALTERNATELY per work (add-if-absent, check, add), at BATCH and at BIG_BATCH.
 # Prints a table: entities/s, p99 request latency, failed requests, and HBase's
 # CPU seconds per 1,000 entities (region-server JVM + Thrift JVM, from
@@ -19,7 +21,8 @@
 # WORKS ("add-if-absent check add"), ROUNDS (1: anchor, Solus; a second round
 # runs Solus first), MAX_BITS_PER_SHARD (Solus's limits.max_bits_per_shard when
 # creating the deduper: 1048576 gives 10 shards for the defaults, 240000 40,
-# 96000 100), DEDUPER (default: a fresh name per run), TABLE (solus_deduper),
+# 96000 100), DEDUPER (default: a fresh name per run; with own dedupers the
+# names are DEDUPER-anchor and DEDUPER-solus), DEDUPERS (own | shared), TABLE (solus_deduper),
 # SOLUS_READ_LEGACY_MARKERS (passed to the server when set), FILL (0: entities
 # added through Solus before the first run, key:0 up, so every run reads rows
 # already that full; 600000 fills the default deduper to ~35%; then SETTLE_SECONDS,
@@ -50,11 +53,16 @@ rounds="${ROUNDS:-1}"
 table="${TABLE:-solus_deduper}"
 client=bench
 deduper="${DEDUPER:-vs-client-$(date +%s)}"
+dedupers="${DEDUPERS:-own}"
+[[ "$dedupers" == own || "$dedupers" == shared ]] || die_early="DEDUPERS must be own or shared, got '$dedupers'"
+# deduper_of SYSTEM: the deduper SYSTEM (anchor | solus) drives.
+deduper_of() { if [[ "$dedupers" == shared ]]; then echo "$deduper"; else echo "$deduper-$1"; fi; }
 vectors="$repo/../shared/test-vectors.json"
 java="${JAVA_HOME:+$JAVA_HOME/bin/}java"
 javac="${JAVA_HOME:+$JAVA_HOME/bin/}javac"
 
 die() { echo "bench/hbase-vs-client.sh: $*" >&2; exit 1; }
+[[ -z "${die_early:-}" ]] || die "$die_early"
 [[ -f "$vectors" ]] || die "$vectors is missing (../shared beside the repository): the anchor checks the contract against it"
 for tool in "$java" "$javac" mvn python3; do
     command -v "$tool" >/dev/null 2>&1 || die "$tool not found (needs Java 11+, Maven, Python 3)"
@@ -145,10 +153,13 @@ for _ in $(seq 1 150); do
 done
 "$solus" deduper list --addr "$addr" --client "$client" >/dev/null 2>&1 ||
     { cat "$work/serve.log" >&2; die "solus serve did not answer within 30 s"; }
-# The deduper, created through Solus (one tiny request); the anchor reads its geometry from the meta row.
-"$solus" bench --addr "$addr" --client "$client" --deduper "$deduper" --op check --batch 1 --concurrency 1 --requests 1 \
-    --key-space "$key_space" --expected-insertions "$n" --false-positive-rate "$p" --json --quiet >/dev/null ||
-    die "creating deduper $client/$deduper through Solus failed (log: $work/serve.log)"
+# The dedupers, created through Solus (one tiny request each); the anchor reads its geometry from the meta row.
+for system in anchor solus; do
+    "$solus" bench --addr "$addr" --client "$client" --deduper "$(deduper_of "$system")" --op check --batch 1 \
+        --concurrency 1 --requests 1 --key-space "$key_space" --expected-insertions "$n" --false-positive-rate "$p" \
+        --json --quiet >/dev/null ||
+        die "creating deduper $client/$(deduper_of "$system") through Solus failed (log: $work/serve.log)"
+done
 
 # anchor ARGS...: runs HBase's own client on this HBase; prints its JSON line.
 anchor() {
@@ -207,7 +218,7 @@ run() {
         # With SETTLE_COMPACT=1 a major compaction too: each run starts from one store file per
         # store, so which run's flush crosses the minor-compaction threshold no longer depends on
         # how many files the runs before it left.
-        out="$(anchor --deduper "$deduper" --op settle --duration "$settle_max" \
+        out="$(anchor --deduper "$(deduper_of anchor)" --op settle --duration "$settle_max" \
             --major-compact "$([[ "$settle_compact" == 1 ]] && echo true || echo false)")"
         # A compaction HBase starts only after the flush would still land in
         # this run: wait until its JVM is idle too.
@@ -218,10 +229,10 @@ run() {
     seed=$((seed + 1))
     m0="$(cpu_s "$master_pid")"; t0="$(cpu_s "$thrift_pid")"
     if [[ "$system" == anchor ]]; then
-        out="$(anchor --deduper "$deduper" --op "$op" --batch "$b" --concurrency "$concurrency" \
+        out="$(anchor --deduper "$(deduper_of anchor)" --op "$op" --batch "$b" --concurrency "$concurrency" \
             --key-space "$key_space" --duration "$seconds" --seed "$seed")"
     else
-        out="$("$solus" bench --addr "$addr" --client "$client" --deduper "$deduper" --op "$op" --batch "$b" \
+        out="$("$solus" bench --addr "$addr" --client "$client" --deduper "$(deduper_of solus)" --op "$op" --batch "$b" \
             --concurrency "$concurrency" --key-space "$key_space" --duration "$seconds" --seed "$seed" \
             --json --quiet | tail -n 1)" ||
             die "solus bench failed (server log: $work/serve.log)"
@@ -245,9 +256,13 @@ settle_compact="${SETTLE_COMPACT:-1}"
 seed=100  # run seeds: 101, 102, ...
 fill="${FILL:-0}"
 if ((fill > 0)); then
-    echo "filling $client/$deduper with $fill adds (key:0 to key:$((fill - 1)))" >&2
-    "$solus" bench --addr "$addr" --client "$client" --deduper "$deduper" --op add --batch 5000 --concurrency 2 \
-        --sequential --key-space "$fill" --json --quiet >/dev/null || die "filling the deduper failed (log: $work/serve.log)"
+    for d in $(deduper_of anchor) $(deduper_of solus); do
+        [[ "$d" != "${filled:-}" ]] || continue
+        filled="$d"
+        echo "filling $client/$d with $fill adds (key:0 to key:$((fill - 1)))" >&2
+        "$solus" bench --addr "$addr" --client "$client" --deduper "$d" --op add --batch 5000 --concurrency 2 \
+            --sequential --key-space "$fill" --json --quiet >/dev/null || die "filling $d failed (log: $work/serve.log)"
+    done
     # The fill's memstore flushes and compactions would otherwise land in the first runs.
     echo "letting HBase flush and compact for ${SETTLE_SECONDS:-60} s" >&2
     sleep "${SETTLE_SECONDS:-60}"
@@ -279,7 +294,7 @@ import json, sys
 r = json.loads(sys.stdin.read() or "{}")
 print("shards %s, bits per shard %s, k %s" % (r.get("shards"), r.get("bits_per_shard"), r.get("hash_functions")))')"
 echo
-echo "Solus ($solus) vs HBase's own client; deduper n = $n, p = $p ($geometry), concurrency $concurrency,"
+echo "Solus ($solus) vs HBase's own client; $([[ "$dedupers" == shared ]] && echo "one deduper for both" || echo "a deduper each"), n = $n, p = $p ($geometry), concurrency $concurrency,"
 echo "random keys over ${key_space}, ${fill} entities added first, ${seconds} s per run; CPU = HBase region-server + Thrift JVM CPU seconds per 1,000 entities"
 printf '%s\n' "${rows[@]}" | python3 -c '
 import sys
