@@ -125,7 +125,7 @@ pub async fn replicas_racing_on_rows_answer_new_entities_absent(b: &TestBackend)
 
 /// A replica that dies between claiming a shard row and releasing it leaves
 /// the row's guard claimed (written here straight through Thrift into the
-/// deduper's guard row: a claim value, tag 0xC1 and 16 bytes). The other replicas wait for it, take it
+/// shard's guard row: a claim value, tag 0xC1 and 16 bytes). The other replicas wait for it, take it
 /// over once the same claim has been seen for the lease (10 s), and answer
 /// from what the row holds; the row is free again afterwards.
 pub async fn a_claim_left_by_a_dead_replica_is_taken_over_after_the_lease(b: &TestBackend) {
@@ -140,8 +140,8 @@ pub async fn a_claim_left_by_a_dead_replica_is_taken_over_after_the_lease(b: &Te
         .shards;
     assert_eq!(add(&s, "c", "dead", &["old"], 0).await, 1);
     let shard = solus::contract::hashing::shard_of(b"new", shards);
-    let key = solus::contract::layout::guard_row_key("c", "dead");
-    let column = format!("S:solus#guard#{shard}").into_bytes();
+    let key = solus::contract::layout::guard_row_key(shard, "c", "dead");
+    let column = b"S:solus#guard".to_vec();
     let mut claim = vec![0xC1u8];
     claim.extend_from_slice(&[7; 16]);
     let mut raw = b.raw_thrift();

@@ -2,13 +2,13 @@
 //! on the same new entity do not both answer "absent", and neither answers
 //! "present" for an entity only the other one sent.
 //!
-//! Each shard row has one guard cell, `S:solus#guard#<shard>` in the
-//! deduper's *guard row* ([`layout::guard_row_key`], one narrow row per
-//! deduper beside its shard rows). Its value is *free* (16 random bytes, or
-//! no cell) or *claimed* ([`CLAIM_TAG`] and 16 random bytes: a request is
-//! writing the shard row). An `AddIfAbsent`:
-//! 1. reads the guards of its touched rows (one call), then their bits: a
-//!    guard is read **no later than** its row's bits;
+//! Each shard row has one guard cell, `S:solus#guard` in its own narrow
+//! *guard row* ([`layout::guard_row_key`], beside the shard rows). Its value
+//! is *free* (16 random bytes, or no cell) or *claimed* ([`CLAIM_TAG`] and
+//! 16 random bytes: a request is writing the shard row). An `AddIfAbsent`:
+//! 1. reads the guards of its touched rows (one call for the round, one per
+//!    row read again), then their bits: a guard is read **no later than**
+//!    its row's bits;
 //! 2. claims every row: `checkAndPut` of its guard from the value it read
 //!    to its own claim value (atomic per cell in HBase). A row found claimed
 //!    is waited for; a row whose claim fails is read again (guard, then
@@ -31,8 +31,8 @@
 //! it holds rows for at most half a lease while waiting, then gives them
 //! back.
 //!
-//! Why a guard row and not a cell in each shard row (as before 2026-12-05
-//! evening): `checkAndPut` reads the row it guards, and a shard row is
+//! Why guard rows and not a cell in each shard row (as before 2026-12-05
+//! evening): `checkAndPut` reads the row it checks, and a shard row is
 //! wide (~10^6 bit cells); two of them per row and round cost HBase as much
 //! as the round's reads (docs/hbase.md, "What the claim costs").
 //!
@@ -46,8 +46,8 @@
 //! checked by reading the guard. The guard cell's `_ttl` is the deduper's
 //! expiry plus [`TTL_SLACK`].
 //!
-//! Cost: one guard read and two `checkAndPut`s of narrow cells per touched
-//! row per round (`combine.rs`), plus re-reads only under contention
+//! Cost: one guard read per round and two `checkAndPut`s of narrow rows per
+//! touched row (`combine.rs`), plus re-reads only under contention
 //! (docs/hbase.md, "The AddIfAbsent guard").
 
 use std::collections::BTreeMap;
@@ -61,8 +61,7 @@ use super::tables::Tables;
 use crate::contract::layout;
 use crate::storage::StorageError;
 
-/// Qualifier prefix of the guard cells in family `S` of the guard row:
-/// `solus#guard#<shard>`.
+/// Qualifier of the guard cell in family `S` of a guard row.
 pub const GUARD_QUALIFIER: &str = "solus#guard";
 
 /// First byte of a claimed guard value (17 bytes long; free values, this
@@ -89,28 +88,23 @@ pub const TTL_SLACK: Duration = Duration::from_secs(120);
 /// Longest pause between two looks at a claimed row.
 const MAX_PAUSE: Duration = Duration::from_millis(50);
 
-/// `S:solus#guard#<shard>`, the guard of shard row `shard`, as a Thrift
-/// column of the guard row.
-pub fn column(shard: u32) -> Vec<u8> {
-    codec::column(layout::DATA_FAMILY, &format!("{GUARD_QUALIFIER}#{shard}"))
+/// `S:solus#guard` as a Thrift column.
+pub fn column() -> Vec<u8> {
+    codec::column(layout::DATA_FAMILY, GUARD_QUALIFIER)
 }
 
-/// Guard cell values by shard.
-pub type GuardValues = BTreeMap<u32, Vec<u8>>;
+/// Guard cell values by guard row key.
+pub type GuardValues = BTreeMap<Vec<u8>, Vec<u8>>;
 
-/// Guard values by shard, from the guard row as HBase returned it (shards
-/// without a cell are left out: their value is empty, and `checkAndPut`
-/// with an empty expected value matches an absent cell; other columns are
-/// ignored).
+/// Guard values by guard row key, from rows HBase returned (rows without
+/// one are left out: their value is empty, and `checkAndPut` with an empty
+/// expected value matches an absent cell).
 pub fn values(rows: &[TRowResult]) -> GuardValues {
-    let prefix = column(0);
-    let prefix = &prefix[..prefix.len() - 1];
+    let col = column();
     rows.iter()
-        .filter_map(|r| r.columns.as_ref())
-        .flatten()
-        .filter_map(|(col, cell)| {
-            let shard = std::str::from_utf8(col.strip_prefix(prefix)?).ok()?.parse().ok()?;
-            Some((shard, cell.value.clone()?))
+        .filter_map(|r| {
+            let value = r.columns.as_ref()?.get(&col)?.value.clone()?;
+            Some((r.row.clone()?, value))
         })
         .collect()
 }
@@ -132,37 +126,29 @@ pub fn is_claimed(value: &[u8]) -> bool {
     value.len() == 17 && value[0] == CLAIM_TAG
 }
 
-/// Where a deduper's guards live: its guard row in its data table, and the
-/// `_ttl` (ms) the guard cells are written with.
-pub struct GuardRow<'a> {
-    pub table: &'a str,
-    pub row: Vec<u8>,
-    pub ttl_ms: i64,
-}
-
-/// Swaps the guard of shard `shard` from `expected` to `new` with
-/// `checkAndPut`. Ok(false) when the guard held something else. Made once:
-/// a lost answer is an error, and the caller reads the guard to learn what
-/// happened.
+/// Swaps the guard in guard row `row` from `expected` to `new` with
+/// `checkAndPut` (the cell's `_ttl` `ttl_ms`). Ok(false) when the guard
+/// held something else. Made once: a lost answer is an error, and the
+/// caller reads the guard to learn what happened.
 pub fn swap(
     pool: &Pool,
     tables: &Tables,
-    at: &GuardRow<'_>,
-    shard: u32,
+    table: &str,
+    row: &[u8],
     expected: &[u8],
     new: &[u8],
+    ttl_ms: i64,
 ) -> Result<bool, StorageError> {
-    let table = at.table;
     let what = format!("checkAndPut {table} (AddIfAbsent guard)");
-    let attributes: Attributes = codec::ttl_attributes(at.ttl_ms);
+    let attributes: Attributes = codec::ttl_attributes(ttl_ms);
     tables.on_table(pool, table, &what, || {
         pool.call(Retry::Once, |c| {
             c.check_and_put(
                 table.as_bytes().to_vec(),
-                at.row.clone(),
-                column(shard),
+                row.to_vec(),
+                column(),
                 expected.to_vec(),
-                codec::put(column(shard), new.to_vec()),
+                codec::put(column(), new.to_vec()),
                 attributes.clone(),
             )
         })
@@ -207,7 +193,7 @@ impl Default for Timing {
     }
 }
 
-/// Claims every row, given `expected[i]`, the guard value read with row
+/// Claims every row, given `expected[i]`, the guard value read before row
 /// `i`'s bits (updated as rows are read again). Returns this request's
 /// claim value per row, all held. First all free rows at once (the usual,
 /// uncontended case: one parallel round of `checkAndPut`s); if one is

@@ -79,7 +79,7 @@ mod row_locks;
 mod sasl;
 mod tables;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use hbase_thrift::hbase::{THbaseSyncClient, TRowResult};
 
@@ -213,10 +213,10 @@ impl HbaseStore {
         d: &Deduper,
         bits: &[BitAddr],
         guards: bool,
-    ) -> Result<(Vec<Cell>, guard::GuardValues), StorageError> {
+    ) -> Result<(Vec<Cell>, BTreeMap<u32, Vec<u8>>), StorageError> {
         let mut cells = vec![Cell::default(); bits.len()];
         if bits.is_empty() {
-            return Ok((cells, guard::GuardValues::new()));
+            return Ok((cells, BTreeMap::new()));
         }
         self.tables.ensure_data(&self.pool)?;
         let table = self.data_table(d);
@@ -224,7 +224,7 @@ impl HbaseStore {
             let shards: BTreeSet<u32> = bits.iter().map(|a| a.shard).collect();
             self.read_guards(&table, d, &shards.into_iter().collect::<Vec<_>>())?
         } else {
-            guard::GuardValues::new()
+            BTreeMap::new()
         };
         let limits = data::CallLimits {
             cells: self.config.max_cells_per_read,
@@ -249,13 +249,19 @@ impl HbaseStore {
         Ok((cells, guard_values))
     }
 
-    /// The guard values of `shards` of `d`, from its guard row (one call).
-    fn read_guards(&self, table: &str, d: &Deduper, shards: &[u32]) -> Result<guard::GuardValues, StorageError> {
+    /// The guard values of `shards` of `d`, by shard, from their guard rows
+    /// (one call).
+    fn read_guards(&self, table: &str, d: &Deduper, shards: &[u32]) -> Result<BTreeMap<u32, Vec<u8>>, StorageError> {
         let group = ReadGroup {
-            rows: vec![layout::guard_row_key(&d.client_id, &d.name)],
-            columns: shards.iter().map(|&s| guard::column(s)).collect(),
+            rows: shards.iter().map(|&s| guard_row(d, s)).collect(),
+            columns: vec![guard::column()],
         };
-        Ok(guard::values(&self.read_group(table, &group)?))
+        let by_key = guard::values(&self.read_group(table, &group)?);
+        Ok(shards
+            .iter()
+            .zip(&group.rows)
+            .filter_map(|(&s, key)| Some((s, by_key.get(key)?.clone())))
+            .collect())
     }
 
     /// AddIfAbsent with the guard (`guard.rs`), alone: a round of one
@@ -365,13 +371,11 @@ impl HbaseStore {
         let mut guarded = GuardedRows {
             store: self,
             d,
-            at: guard::GuardRow {
-                table: &table,
-                row: layout::guard_row_key(&d.client_id, &d.name),
-                ttl_ms: i64::try_from(d.expiry_seconds.saturating_mul(1000))
-                    .unwrap_or(i64::MAX)
-                    .saturating_add(guard::TTL_SLACK.as_millis() as i64),
-            },
+            table: &table,
+            guard_rows: shards.iter().map(|&s| guard_row(d, s)).collect(),
+            ttl_ms: i64::try_from(d.expiry_seconds.saturating_mul(1000))
+                .unwrap_or(i64::MAX)
+                .saturating_add(guard::TTL_SLACK.as_millis() as i64),
             shards: &shards,
             all: &all,
             ranges,
@@ -425,7 +429,11 @@ impl HbaseStore {
 struct GuardedRows<'a> {
     store: &'a HbaseStore,
     d: &'a Deduper,
-    at: guard::GuardRow<'a>,
+    table: &'a str,
+    /// Guard row key per row.
+    guard_rows: Vec<Vec<u8>>,
+    /// `_ttl` of the guard cells (ms).
+    ttl_ms: i64,
     /// The round's shards, in order (row `i` is shard `shards[i]`).
     shards: &'a [u32],
     /// The round's bits, sorted; `cells[j]` is `all[j]`.
@@ -445,20 +453,33 @@ impl guard::Rows for GuardedRows<'_> {
 
     fn peek(&self, i: usize) -> Result<Vec<u8>, StorageError> {
         let shard = self.shards[i];
-        let read = self.store.read_guards(self.at.table, self.d, &[shard])?;
+        let read = self.store.read_guards(self.table, self.d, &[shard])?;
         Ok(read.get(&shard).cloned().unwrap_or_default())
     }
 
     fn swap_many(&self, swaps: &[(usize, Vec<u8>, Vec<u8>)]) -> Vec<Result<bool, StorageError>> {
         let s = self.store;
         let swap = |(i, expected, new): &(usize, Vec<u8>, Vec<u8>)| {
-            Ok(guard::swap(&s.pool, &s.tables, &self.at, self.shards[*i], expected, new))
+            Ok(guard::swap(
+                &s.pool,
+                &s.tables,
+                self.table,
+                &self.guard_rows[*i],
+                expected,
+                new,
+                self.ttl_ms,
+            ))
         };
         match in_parallel(swaps, s.parallel_calls(), OnError::Continue, swap) {
             Ok(each) => each,
             Err(e) => swaps.iter().map(|_| Err(e.clone())).collect(),
         }
     }
+}
+
+/// The guard row of shard `shard` of `d` (`guard.rs`).
+fn guard_row(d: &Deduper, shard: u32) -> Vec<u8> {
+    layout::guard_row_key(shard, &d.client_id, &d.name)
 }
 
 /// Most HBase calls one request runs at once (each on its own pooled connection).

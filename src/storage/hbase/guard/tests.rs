@@ -4,24 +4,19 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 #[test]
-fn guard_values_by_shard_and_absent_ones_left_out() {
+fn guard_values_by_row_and_absent_ones_left_out() {
     let cell = |v: &[u8]| TCell::new(v.to_vec(), 1);
-    assert_eq!(column(12), b"S:solus#guard#12");
-    let rows = vec![TRowResult::new(
-        b"guard-row".to_vec(),
-        BTreeMap::from([
-            (column(3), cell(b"n3")),
-            (column(12), cell(b"n12")),
-            (b"S:solus#guard".to_vec(), cell(b"old")),
-            (b"S:7#ttl".to_vec(), cell(&[0; 8])),
-        ]),
-        None,
-    )];
+    let rows = vec![
+        TRowResult::new(b"r1".to_vec(), BTreeMap::from([(column(), cell(b"n1"))]), None),
+        TRowResult::new(
+            b"r2".to_vec(),
+            BTreeMap::from([(b"S:7#ttl".to_vec(), cell(&[0; 8]))]),
+            None,
+        ),
+    ];
     let got = values(&rows);
-    assert_eq!(
-        got,
-        BTreeMap::from([(3, b"n3".to_vec()), (12, b"n12".to_vec())])
-    );
+    assert_eq!(got, BTreeMap::from([(b"r1".to_vec(), b"n1".to_vec())]));
+    assert_eq!(column(), b"S:solus#guard");
 }
 
 #[test]
