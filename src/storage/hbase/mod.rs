@@ -213,7 +213,7 @@ impl HbaseStore {
         d: &Deduper,
         bits: &[BitAddr],
         guards: bool,
-    ) -> Result<(Vec<Cell>, BTreeMap<u32, Vec<u8>>), StorageError> {
+    ) -> Result<(Vec<Cell>, ByShard), StorageError> {
         let mut cells = vec![Cell::default(); bits.len()];
         if bits.is_empty() {
             return Ok((cells, BTreeMap::new()));
@@ -251,7 +251,7 @@ impl HbaseStore {
 
     /// The guard values of `shards` of `d`, by shard, from their guard rows
     /// (one call).
-    fn read_guards(&self, table: &str, d: &Deduper, shards: &[u32]) -> Result<BTreeMap<u32, Vec<u8>>, StorageError> {
+    fn read_guards(&self, table: &str, d: &Deduper, shards: &[u32]) -> Result<ByShard, StorageError> {
         let group = ReadGroup {
             rows: shards.iter().map(|&s| guard_row(d, s)).collect(),
             columns: vec![guard::column()],
@@ -476,6 +476,9 @@ impl guard::Rows for GuardedRows<'_> {
         }
     }
 }
+
+/// Guard values by shard.
+type ByShard = BTreeMap<u32, Vec<u8>>;
 
 /// The guard row of shard `shard` of `d` (`guard.rs`).
 fn guard_row(d: &Deduper, shard: u32) -> Vec<u8> {
