@@ -45,9 +45,10 @@
 //! `read_and_write_bits` reads, then writes: between the two another request
 //! (this replica or another) can add the same entity, and both would answer
 //! "absent". With `storage.hbase.add_if_absent_guard` (default on) a guard
-//! cell per shard row (in the deduper's narrow guard row), claimed with
-//! `checkAndPut` before the write and released after, closes that window: a request answers only from a read
-//! no other writer overtook, reading a contended row again (`guard.rs`; two
+//! cell per shard row (in a narrow guard row beside it), claimed with
+//! `checkAndPut` before the write and released after, closes that window:
+//! a request answers only from a read no other writer overtook, reading a
+//! contended row again (`guard.rs`; one guard read per round and two
 //! `checkAndPut`s per touched row, cost measured in docs/hbase.md). Nothing
 //! is ever lost either way: every write lands and the max expiry wins.
 //!
@@ -206,8 +207,8 @@ impl HbaseStore {
     }
 
     /// The cells of `bits`, and with `guards` the `AddIfAbsent` guard value
-    /// of every touched shard row, read first (one call of the guard row),
-    /// so no later than its bits (`guard.rs`).
+    /// of every touched shard row, read first (one call of their guard
+    /// rows), so no later than its bits (`guard.rs`).
     fn read_with_guards(
         &self,
         d: &Deduper,

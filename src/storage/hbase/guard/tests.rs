@@ -233,6 +233,27 @@ fn a_release_after_a_takeover_is_refused() {
     assert!(!is_claimed(&table.rows.lock().unwrap()[0].1));
 }
 
+/// A holder that stalls between claim and write (H), and a request for the
+/// same entity that takes H's claim over after the lease (T), answering
+/// from what it read before the takeover: T answers "absent", H writes
+/// after all, and its release is refused, so H answers the row "present":
+/// the entity is "absent" once, and the row ends free.
+#[test]
+fn a_stalled_holder_and_its_taker_answer_absent_once() {
+    let table = Table::default();
+    *table.rows.lock().unwrap() = vec![(BTreeSet::new(), Vec::new())];
+    let (mut h, mut h_expected) = Request::new(&table, vec![vec![9]]);
+    let h_mine = claim(&mut h, &mut h_expected, Timing::default()).unwrap();
+    let h_absent = !h.seen[0][0];
+    let t_absent = add_if_absent_at(&table, vec![0], &[vec![9]], short(300, 150));
+    table.rows.lock().unwrap()[0].0.insert(9); // H's write lands late
+    let h_released = release(&h, &h_mine);
+    assert_eq!(t_absent, vec![true]);
+    assert!(h_absent, "H read the bit unset");
+    assert_eq!(h_released, vec![false], "H's release refused: it answers present");
+    assert!(!is_claimed(&table.rows.lock().unwrap()[0].1));
+}
+
 /// A request waiting for a dead replica's claim (row 1) while holding a
 /// lower row (row 0) gives row 0 back after its patience, so another
 /// request needing only row 0 gets it long before the lease runs out; the
