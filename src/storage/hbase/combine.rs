@@ -68,6 +68,12 @@ impl Queue {
     fn idle(&self) -> bool {
         !self.running && self.pending.is_empty() && self.results.is_empty()
     }
+
+    /// Idle, and its last round can no longer make a round linger (the
+    /// queue, and with it that round, can go).
+    fn done_at(&self, now: Instant) -> bool {
+        self.idle() && self.last.is_none_or(|l| l.linger_end() <= now)
+    }
 }
 
 /// What a queue remembers of its last round (for [`linger_until`]).
@@ -86,8 +92,14 @@ pub struct LastRound {
 /// well after that round does not wait at all); `None` when as many wait
 /// already, or with no round before.
 pub fn linger_until(pending: usize, last: Option<LastRound>) -> Option<Instant> {
-    let last = last.filter(|l| pending < l.members)?;
-    Some(last.ended + MAX_LINGER.min(last.took / 4))
+    Some(last.filter(|l| pending < l.members)?.linger_end())
+}
+
+impl LastRound {
+    /// The latest a round after this one lingers until.
+    fn linger_end(&self) -> Instant {
+        self.ended + MAX_LINGER.min(self.took / 4)
+    }
 }
 
 impl Combiner {
@@ -107,7 +119,7 @@ impl Combiner {
             // Idle queues stay while their last round can still make a
             // round linger; a new key sweeps out the ones past that.
             let now = Instant::now();
-            queues.retain(|_, q| !q.idle() || linger_until(0, q.last).is_some_and(|t| t > now));
+            queues.retain(|_, q| !q.done_at(now));
         }
         let q = queues.entry(key.to_string()).or_default();
         let id = q.next_id;
@@ -119,7 +131,7 @@ impl Combiner {
             if let Some(result) = q.results.remove(&id) {
                 // Kept while its last round may make the next one linger
                 // (the clients' next requests are on their way).
-                if q.idle() && linger_until(0, q.last).is_none_or(|t| t <= Instant::now()) {
+                if q.done_at(Instant::now()) {
                     queues.remove(key);
                 }
                 return result;

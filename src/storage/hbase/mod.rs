@@ -203,17 +203,17 @@ impl HbaseStore {
     }
 
     fn read(&self, d: &Deduper, bits: &[BitAddr]) -> Result<Vec<Cell>, StorageError> {
-        Ok(self.read_with_guards(d, bits, false)?.0)
+        Ok(self.read_with_guards(d, bits, &[])?.0)
     }
 
-    /// The cells of `bits`, and with `guards` the `AddIfAbsent` guard value
-    /// of every touched shard row, read first (one call of their guard
-    /// rows), so no later than its bits (`guard.rs`).
+    /// The cells of `bits`, and the `AddIfAbsent` guard values of `guards`
+    /// (the shards `bits` touch, or none), read first (one call of their
+    /// guard rows), so no later than the bits (`guard.rs`).
     fn read_with_guards(
         &self,
         d: &Deduper,
         bits: &[BitAddr],
-        guards: bool,
+        guards: &[u32],
     ) -> Result<(Vec<Cell>, ByShard), StorageError> {
         let mut cells = vec![Cell::default(); bits.len()];
         if bits.is_empty() {
@@ -221,11 +221,10 @@ impl HbaseStore {
         }
         self.tables.ensure_data(&self.pool)?;
         let table = self.data_table(d);
-        let guard_values = if guards {
-            let shards: BTreeSet<u32> = bits.iter().map(|a| a.shard).collect();
-            self.read_guards(&table, d, &shards.into_iter().collect::<Vec<_>>())?
-        } else {
+        let guard_values = if guards.is_empty() {
             BTreeMap::new()
+        } else {
+            self.read_guards(&table, d, guards)?
         };
         let limits = data::CallLimits {
             cells: self.config.max_cells_per_read,
@@ -359,7 +358,7 @@ impl HbaseStore {
         // Held through the round: requests of this process take turns here
         // instead of contending for the claims in HBase.
         let _held = self.row_locks.lock(&table, &rows);
-        let (cells, guards) = self.read_with_guards(d, &all, true)?;
+        let (cells, guards) = self.read_with_guards(d, &all, &shards)?;
         let mut expected: Vec<Vec<u8>> = shards
             .iter()
             .map(|s| guards.get(s).cloned().unwrap_or_default())
@@ -447,7 +446,10 @@ struct GuardedRows<'a> {
 impl guard::Rows for GuardedRows<'_> {
     fn reread(&mut self, i: usize) -> Result<Vec<u8>, StorageError> {
         let range = self.ranges[i].clone();
-        let (cells, guards) = self.store.read_with_guards(self.d, &self.all[range.clone()], true)?;
+        let shard = self.shards[i];
+        let (cells, guards) = self
+            .store
+            .read_with_guards(self.d, &self.all[range.clone()], &[shard])?;
         self.cells[range].copy_from_slice(&cells);
         Ok(guards.get(&self.shards[i]).cloned().unwrap_or_default())
     }
