@@ -35,16 +35,14 @@ pub fn data_row_key(shard: u32, client_id: &str, deduper: &str) -> Vec<u8> {
     prefixed(format!("{shard}|{client_id}|{deduper}").as_bytes())
 }
 
-/// Guard row key of a shard row (Solus's own, not part of the shared
-/// contract): `<prefix>solus#guard|<shard>|<client_id>|<deduper>`, in the
-/// data table beside the shard rows. Never a shard row: those have a
-/// decimal shard right after the prefix. Holds the shard row's
-/// `AddIfAbsent` guard cell (`storage/hbase/guard.rs`): a narrow row of its
-/// own, so a `checkAndPut` neither reads a wide shard row nor queues behind
-/// the other shards' claims on one row lock, and guards spread over regions
-/// like the shard rows.
-pub fn guard_row_key(shard: u32, client_id: &str, deduper: &str) -> Vec<u8> {
-    prefixed(format!("solus#guard|{shard}|{client_id}|{deduper}").as_bytes())
+/// Guard row key of a deduper (Solus's own, not part of the shared
+/// contract): `<prefix>solus#guard|<client_id>|<deduper>`, in the data
+/// table beside the shard rows. Never a shard row: those have a decimal
+/// shard right after the prefix. Holds the deduper's `AddIfAbsent` guard
+/// cell (`storage/hbase/guard.rs`): a narrow row of its own, so a
+/// `checkAndPut` of it does not read a wide shard row.
+pub fn guard_row_key(client_id: &str, deduper: &str) -> Vec<u8> {
+    prefixed(format!("solus#guard|{client_id}|{deduper}").as_bytes())
 }
 
 /// Meta row key: `<prefix>deDuperConfig|<client_id>|<name>`.
@@ -205,9 +203,9 @@ mod tests {
 
     #[test]
     fn the_guard_row_is_never_a_shard_row() {
-        let key = guard_row_key(7, "c", "d");
-        assert_eq!(&key[1..], b"solus#guard|7|c|d");
-        assert_eq!(key[0], hash_prefix(b"solus#guard|7|c|d"));
+        let key = guard_row_key("c", "d");
+        assert_eq!(&key[1..], b"solus#guard|c|d");
+        assert_eq!(key[0], hash_prefix(b"solus#guard|c|d"));
         // Shard rows have a decimal shard after the prefix, whatever the names.
         for shard in [0, 9, 4_294_967_295] {
             assert!(data_row_key(shard, "c", "d")[1].is_ascii_digit());

@@ -124,10 +124,11 @@ pub async fn replicas_racing_on_rows_answer_new_entities_absent(b: &TestBackend)
 }
 
 /// A replica that dies between claiming a shard row and releasing it leaves
-/// the row's guard claimed (written here straight through Thrift into the
-/// shard's guard row: a claim value, tag 0xC1 and 16 bytes). The other replicas wait for it, take it
-/// over once the same claim has been seen for the lease (10 s), and answer
-/// from what the row holds; the row is free again afterwards.
+/// the row's slot held in the deduper's guard cell (written here straight
+/// through Thrift: format byte 0x02, then the slot: shard as big-endian
+/// u32, 1 for held, a 12-byte token). The other replicas wait for it, take
+/// it over once the same held token has been seen for the lease (10 s),
+/// and answer from what the row holds; the row is free again afterwards.
 pub async fn a_claim_left_by_a_dead_replica_is_taken_over_after_the_lease(b: &TestBackend) {
     use hbase_thrift::hbase::{BatchMutation, Mutation, THbaseSyncClient};
     let s = TestServer::start_with(b.settings.clone()).await;
@@ -140,10 +141,12 @@ pub async fn a_claim_left_by_a_dead_replica_is_taken_over_after_the_lease(b: &Te
         .shards;
     assert_eq!(add(&s, "c", "dead", &["old"], 0).await, 1);
     let shard = solus::contract::hashing::shard_of(b"new", shards);
-    let key = solus::contract::layout::guard_row_key(shard, "c", "dead");
+    let key = solus::contract::layout::guard_row_key("c", "dead");
     let column = b"S:solus#guard".to_vec();
-    let mut claim = vec![0xC1u8];
-    claim.extend_from_slice(&[7; 16]);
+    let mut claim = vec![0x02u8];
+    claim.extend_from_slice(&shard.to_be_bytes());
+    claim.push(1);
+    claim.extend_from_slice(&[7; 12]);
     let mut raw = b.raw_thrift();
     raw.mutate_rows(
         "solus_deduper".into(),
@@ -166,8 +169,14 @@ pub async fn a_claim_left_by_a_dead_replica_is_taken_over_after_the_lease(b: &Te
         .value
         .clone()
         .unwrap();
-    assert_ne!(guard, claim);
-    assert_eq!(guard.len(), 16, "released to a free value");
+    // The slot of `new`'s shard: released (0) under the taker's token.
+    let slot = (1..guard.len())
+        .step_by(17)
+        .map(|at| &guard[at..at + 17])
+        .find(|slot| slot[..4] == shard.to_be_bytes())
+        .expect("the taken-over slot");
+    assert_eq!(slot[4], 0, "released");
+    assert_ne!(&slot[5..], &[7; 12], "under the taker's token");
     // The row answers at once again.
     let started = std::time::Instant::now();
     assert_eq!(

@@ -1,54 +1,56 @@
-//! The `AddIfAbsent` guard: a claim per shard row, so two replicas racing
-//! on the same new entity do not both answer "absent", and neither answers
-//! "present" for an entity only the other one sent.
+//! The `AddIfAbsent` guard: a claim on the shard rows a request writes, so
+//! two replicas racing on the same new entity do not both answer "absent",
+//! and neither answers "present" for an entity only the other one sent.
 //!
-//! Each shard row has one guard cell, `S:solus#guard` in its own narrow
-//! *guard row* ([`layout::guard_row_key`], beside the shard rows). Its value
-//! is *free* (16 random bytes, or no cell) or *claimed* ([`CLAIM_TAG`] and
-//! 16 random bytes: a request is writing the shard row). An `AddIfAbsent`:
-//! 1. reads the guards of its touched rows (one call for the round, one per
-//!    row read again), then their bits: a guard is read **no later than**
-//!    its row's bits;
-//! 2. claims every row: `checkAndPut` of its guard from the value it read
-//!    to its own claim value (atomic per cell in HBase). A row found claimed
-//!    is waited for; a row whose claim fails is read again (guard, then
-//!    bits) and claimed again ([`claim`]);
+//! A deduper has one guard cell, `S:solus#guard` in its own narrow *guard
+//! row* ([`layout::guard_row_key`], beside the shard rows). It holds a
+//! *slot* per shard row ever claimed: the row's latest claim token (12
+//! random bytes) and whether that claim is *held* (a request is writing the
+//! row) or *released* ([`encode`] gives the bytes). An `AddIfAbsent`:
+//! 1. reads the guard cell, then the bits of its touched rows: the guard is
+//!    read **no later than** the bits;
+//! 2. claims all its rows in **one** `checkAndPut` of the whole cell, from
+//!    the value last read to that value with its rows' slots held under a
+//!    fresh token (atomic in HBase). Rows held by another request are
+//!    waited for first; a row whose slot moved since its bits were read is
+//!    read again (guard, then bits); a refused claim reads the guard and
+//!    tries again ([`claim`]);
 //! 3. answers from what it read, writes its bits (`mutateRowsTs`, as any
 //!    add), and
-//! 4. releases each row: `checkAndPut` from its claim value to a fresh free
-//!    value.
+//! 4. releases: one `checkAndPut` from the value it put to that value with
+//!    its slots released (same token). Refused (another request changed
+//!    other slots meanwhile), it reads the cell and tries again ([`release`]).
 //!
-//! Why it holds: a request only answers from a read whose guard value was
-//! still in place when its claim landed. Every request that wrote bits
-//! changed the guard before that read's bits could miss them (its claim),
-//! and put a fresh value back only after its bits had landed (its release);
-//! values are random, and the only value ever put back is one a request
-//! gave back with nothing written under its claim, so a claim that succeeds
-//! read every completed writer's bits. Two claims of a row never overlap,
-//! so a request never writes under another's read. A request waits for one
-//! row only while it holds no row after it in the rows' order (`claim`
-//! gives those back first), so two requests never wait for each other; and
-//! it holds rows for at most half a lease while waiting, then gives them
-//! back.
+//! Why it holds: a request answers only from bits read after a guard read in
+//! which each of its rows' slots was free and unchanged until its claim
+//! landed (the claim's expected value is the latest read, and each row's
+//! slot in it equals the slot its bits were read under). Every request that
+//! wrote a row changed that slot (held, its fresh token) before it read the
+//! bits, and released it only after its bits had landed; tokens are random
+//! and never reused, so an unchanged slot means no writer came and went
+//! between the read and the claim. Two claims of a row never overlap, so a
+//! request never writes under another's read. A request holds nothing
+//! while it waits (claims are all-or-nothing), so two requests never wait
+//! for each other.
 //!
-//! Why guard rows and not a cell in each shard row (as before 2026-12-05
-//! evening): `checkAndPut` reads the row it checks, and a shard row is
-//! wide (~10^6 bit cells); two of them per row and round cost HBase as much
-//! as the round's reads (docs/hbase.md, "What the claim costs").
+//! Why one cell per deduper, not one per shard row (as before 2026-12-06):
+//! Thrift1's `checkAndPut` swaps one cell, so per-row guards cost two calls
+//! per touched row and round (claim and release: 20 for a 10-shard round,
+//! against 1 read and 1 write for HBase's own client, docs/hbase.md "What
+//! the claim costs"). One cell costs 2 per round. Replicas writing disjoint
+//! rows then contend on one row lock, for one small `checkAndPut` each; a
+//! claim refused because other slots moved costs one read and one retry.
 //!
 //! A claim left by a replica that died (or stalled) is taken over once the
-//! same claim value has been seen for [`CLAIM_LEASE`] on this process's
-//! monotonic clock (no clock of another machine is involved; every claim
-//! seen at the read is watched from then on, so several dead rows take one
-//! lease, not one each; every claim attempt is a fresh value). The stalled
-//! holder then fails its release, and answers "present" for that row: the
-//! safe side, counted against p, logged. A release whose answer is lost is
-//! checked by reading the guard. The guard cell's `_ttl` is the deduper's
+//! same held token has been seen for [`CLAIM_LEASE`] on this process's
+//! monotonic clock (no clock of another machine is involved; every held
+//! slot seen at the read is watched from then on, so several dead rows take
+//! one lease, not one each). The stalled holder then finds another token in
+//! its slot when it releases, and answers "present" for that row: the safe
+//! side, counted against p, logged. A request decides which rows it kept
+//! only from a look at the cell taken after its bits landed (its release's
+//! `checkAndPut`, or a read). The guard cell's `_ttl` is the deduper's
 //! expiry plus [`TTL_SLACK`].
-//!
-//! Cost: one guard read per round and two `checkAndPut`s of narrow rows per
-//! touched row (`combine.rs`), plus re-reads only under contention
-//! (docs/hbase.md, "The AddIfAbsent guard").
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -64,11 +66,18 @@ use crate::storage::StorageError;
 /// Qualifier of the guard cell in family `S` of a guard row.
 pub const GUARD_QUALIFIER: &str = "solus#guard";
 
-/// First byte of a claimed guard value (17 bytes long; free values, this
-/// version's and earlier versions', are 16 bytes or empty).
-pub const CLAIM_TAG: u8 = 0xC1;
+/// First byte of a guard cell value: its format (the slots follow).
+pub const FORMAT: u8 = 0x02;
 
-/// How long a claim must be seen unchanged before it is taken over as
+/// Bytes per slot: shard (`u32` big-endian), held (1) or released (0), token.
+const SLOT_BYTES: usize = 4 + 1 + TOKEN_BYTES;
+
+const TOKEN_BYTES: usize = 12;
+
+/// A claim token: random, one per claim attempt, never reused.
+pub type Token = [u8; TOKEN_BYTES];
+
+/// How long a held slot must be seen unchanged before it is taken over as
 /// abandoned. A live holder keeps a row for one write of its bits (tens of
 /// ms; a write call may take up to 21 s on an overloaded HBase, see
 /// `data::write_read_timeout_ms`, and then answers "present" for the row).
@@ -81,55 +90,104 @@ pub const CLAIM_BUDGET: Duration = Duration::from_secs(25);
 
 /// How much longer than the deduper's expiry a guard cell lives (its cell
 /// TTL): a claim must not vanish under a live holder (a deduper may expire
-/// entries after 1 s), nor a free value come back as "no cell" while a read
-/// made before it may still claim (within the budget).
+/// entries after 1 s), nor the cell come back empty while a read made
+/// before it may still claim (within the budget).
 pub const TTL_SLACK: Duration = Duration::from_secs(120);
 
-/// Longest pause between two looks at a claimed row.
+/// Longest pause between two looks at a held row.
 const MAX_PAUSE: Duration = Duration::from_millis(50);
+
+/// Most `checkAndPut`s a release tries before it answers from its last look
+/// and leaves its rows to the lease (other replicas keep changing the cell).
+const MAX_RELEASES: usize = 64;
+
+/// Failed `checkAndPut`s in a row (no answer, or a call error) after which
+/// [`claim`] fails the request.
+const MAX_SWAP_ERRORS: u32 = 3;
 
 /// `S:solus#guard` as a Thrift column.
 pub fn column() -> Vec<u8> {
     codec::column(layout::DATA_FAMILY, GUARD_QUALIFIER)
 }
 
-/// Guard cell values by guard row key.
-pub type GuardValues = BTreeMap<Vec<u8>, Vec<u8>>;
+/// One shard row's slot in the guard cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    /// A request is writing the row under this claim.
+    pub held: bool,
+    /// The row's latest claim token.
+    pub token: Token,
+}
 
-/// Guard values by guard row key, from rows HBase returned (rows without
-/// one are left out: their value is empty, and `checkAndPut` with an empty
-/// expected value matches an absent cell).
-pub fn values(rows: &[TRowResult]) -> GuardValues {
+impl Slot {
+    fn held(token: Token) -> Slot {
+        Slot { held: true, token }
+    }
+
+    fn released(token: Token) -> Slot {
+        Slot { held: false, token }
+    }
+}
+
+/// Slots by shard.
+pub type Slots = BTreeMap<u32, Slot>;
+
+/// The guard cell's value for `slots`: [`FORMAT`], then per slot in shard
+/// order the shard (`u32` big-endian), 1 if held else 0, and the token.
+pub fn encode(slots: &Slots) -> Vec<u8> {
+    let mut out = Vec::with_capacity(1 + slots.len() * SLOT_BYTES);
+    out.push(FORMAT);
+    for (shard, slot) in slots {
+        out.extend_from_slice(&shard.to_be_bytes());
+        out.push(u8::from(slot.held));
+        out.extend_from_slice(&slot.token);
+    }
+    out
+}
+
+/// The slots of a guard cell value (empty: no cell, no slot). Errors:
+/// `Corrupt` for any other format (a guard cell another Solus version
+/// wrote: cross versions with a recreate, docs/operations.md).
+pub fn decode(value: &[u8]) -> Result<Slots, StorageError> {
+    let Some((&format, body)) = value.split_first() else {
+        return Ok(Slots::new());
+    };
+    if format != FORMAT || body.len() % SLOT_BYTES != 0 {
+        return Err(StorageError::Corrupt(format!(
+            "AddIfAbsent guard cell of {} bytes in an unknown format (first byte {format:#04x}, expected \
+             {FORMAT:#04x}): written by another Solus version? Cross versions with a recreate, see \
+             docs/operations.md",
+            value.len()
+        )));
+    }
+    let mut slots = Slots::new();
+    for s in body.chunks_exact(SLOT_BYTES) {
+        let shard = u32::from_be_bytes(s[..4].try_into().expect("4 bytes"));
+        let token = s[5..].try_into().expect("token bytes");
+        slots.insert(shard, Slot { held: s[4] == 1, token });
+    }
+    Ok(slots)
+}
+
+/// The guard cell's value in the rows HBase returned for the guard row
+/// (empty when there is no cell: `checkAndPut` with an empty expected value
+/// matches an absent cell).
+pub fn value(rows: &[TRowResult]) -> Vec<u8> {
     let col = column();
     rows.iter()
-        .filter_map(|r| {
-            let value = r.columns.as_ref()?.get(&col)?.value.clone()?;
-            Some((r.row.clone()?, value))
-        })
-        .collect()
+        .find_map(|r| r.columns.as_ref()?.get(&col)?.value.clone())
+        .unwrap_or_default()
 }
 
-/// A fresh free guard value.
-pub fn free_value() -> Vec<u8> {
-    rand::random::<[u8; 16]>().to_vec()
+/// A fresh claim token.
+pub fn token() -> Token {
+    rand::random()
 }
 
-/// A fresh claim value.
-pub fn claim_value() -> Vec<u8> {
-    let mut v = vec![CLAIM_TAG];
-    v.extend_from_slice(&rand::random::<[u8; 16]>());
-    v
-}
-
-/// Whether `value` is a claim (some request is writing the row).
-pub fn is_claimed(value: &[u8]) -> bool {
-    value.len() == 17 && value[0] == CLAIM_TAG
-}
-
-/// Swaps the guard in guard row `row` from `expected` to `new` with
-/// `checkAndPut` (the cell's `_ttl` `ttl_ms`). Ok(false) when the guard
-/// held something else. Made once: a lost answer is an error, and the
-/// caller reads the guard to learn what happened.
+/// Swaps the guard cell in guard row `row` from `expected` to `new` with
+/// `checkAndPut` (the cell's `_ttl` `ttl_ms`). Ok(false) when the cell held
+/// something else. Made once: a lost answer is an error, and the caller
+/// reads the cell to learn what happened.
 pub fn swap(
     pool: &Pool,
     tables: &Tables,
@@ -155,30 +213,25 @@ pub fn swap(
     })
 }
 
-/// What [`claim`] needs of the touched rows, by index in the order rows are
-/// claimed (the same order in every replica: shard order).
+/// What [`claim`] and [`release`] need of a round's rows (row `i` is the
+/// round's `i`-th shard) and of its deduper's guard cell.
 pub trait Rows {
-    /// Reads row `i`'s guard, then its bits again (the guard no later than
-    /// the bits), keeping the cells for the answer; returns the guard value.
-    fn reread(&mut self, i: usize) -> Result<Vec<u8>, StorageError>;
-    /// Row `i`'s guard value alone.
-    fn peek(&self, i: usize) -> Result<Vec<u8>, StorageError>;
-    /// `checkAndPut` of each `(i, expected, new)`, in parallel; each answer
-    /// on its own (an error says nothing about the others).
-    fn swap_many(&self, swaps: &[(usize, Vec<u8>, Vec<u8>)]) -> Vec<Result<bool, StorageError>>;
+    /// The guard cell's value alone (one read).
+    fn peek(&self) -> Result<Vec<u8>, StorageError>;
+    /// Reads the guard cell, then the bits of rows `which` again (the guard
+    /// no later than the bits), keeping the cells for the answer; returns
+    /// the guard cell's value.
+    fn reread(&mut self, which: &[usize]) -> Result<Vec<u8>, StorageError>;
+    /// `checkAndPut` of the guard cell from `expected` to `new`.
+    fn swap(&self, expected: &[u8], new: &[u8]) -> Result<bool, StorageError>;
 }
 
-/// How long [`claim`] waits, lets wait and holds (the constants above;
-/// tests shorten them).
+/// How long [`claim`] waits and lets wait (the constants above; tests
+/// shorten them).
 #[derive(Debug, Clone, Copy)]
 pub struct Timing {
     /// [`CLAIM_LEASE`].
     pub lease: Duration,
-    /// Longest a request holds rows while waiting for another, counted from
-    /// its earliest held claim ([`CLAIM_LEASE`] / 2): past it the held rows
-    /// are given back, so a wait for a dead replica's claim does not get this
-    /// request's own claims taken over.
-    pub patience: Duration,
     /// [`CLAIM_BUDGET`].
     pub budget: Duration,
 }
@@ -187,209 +240,128 @@ impl Default for Timing {
     fn default() -> Timing {
         Timing {
             lease: CLAIM_LEASE,
-            patience: CLAIM_LEASE / 2,
             budget: CLAIM_BUDGET,
         }
     }
 }
 
-/// Claims every row, given `expected[i]`, the guard value read before row
-/// `i`'s bits (updated as rows are read again). Returns this request's
-/// claim value per row, all held. First all free rows at once (the usual,
-/// uncontended case: one parallel round of `checkAndPut`s); if one is
-/// missing, the rows held after the first missing one are given back
-/// (nothing was written under them), and the rest are taken one by one in
-/// order, waiting for claimed rows. Once rows have been held for
-/// `timing.patience` while waiting for another, they are all given back;
-/// the request waits for that row holding nothing and starts over in order.
-/// Every claim is a fresh value, so a watcher never takes a claim given
-/// back and taken again for one it has watched for a lease. Errors:
-/// `Unavailable` past `timing.budget` or on failing calls, after giving
-/// back every row held.
-pub fn claim(rows: &mut impl Rows, expected: &mut [Vec<u8>], timing: Timing) -> Result<Vec<Vec<u8>>, StorageError> {
-    let started = Instant::now();
-    let n = expected.len();
-    let mut c = Claims {
-        mine: (0..n).map(|_| claim_value()).collect(),
-        old: vec![Vec::new(); n],
-        held: vec![false; n],
-        held_since: None,
-        // Claims seen at the read are watched from now on, all at once, so
-        // several rows a dead replica left are taken over after one lease.
-        seen: expected
-            .iter()
-            .map(|v| is_claimed(v).then(|| (v.clone(), started)))
-            .collect(),
-    };
-    let free: Vec<(usize, Vec<u8>, Vec<u8>)> = (0..n)
-        .filter(|&i| !is_claimed(&expected[i]))
-        .map(|i| (i, expected[i].clone(), c.mine[i].clone()))
-        .collect();
-    let sent = Instant::now();
-    let mut failed = None;
-    for ((i, ..), won) in free.iter().zip(rows.swap_many(&free)) {
-        match won {
-            Ok(won) => c.held[*i] = won,
-            Err(e) => failed = Some(e),
-        }
-    }
-    if let Some(e) = failed {
-        return Err(c.abandon(rows, expected, e));
-    }
-    let Some(first) = c.held.iter().position(|h| !h) else {
-        return Ok(c.mine);
-    };
-    c.give_back_from(rows, expected, first);
-    if c.held.iter().any(|h| *h) {
-        c.held_since = Some(sent);
-    }
-    let mut i = first;
-    while i < n {
-        let wait = Wait {
-            take: true,
-            give_up_at: c.held_since.map(|t| t + timing.patience),
-            started,
-            timing,
-        };
-        let taking = Instant::now();
-        match acquire(rows, i, &mut expected[i], &c.mine[i], &c.old[i], &mut c.seen[i], wait) {
-            Ok(true) => {
-                c.held[i] = true;
-                c.held_since.get_or_insert(taking);
-                i += 1;
-            }
-            Ok(false) => {
-                // Held rows too long while waiting: give them back, wait holding nothing.
-                c.give_back_from(rows, expected, 0);
-                let wait = Wait {
-                    take: false,
-                    give_up_at: None,
-                    ..wait
-                };
-                if let Err(e) = acquire(rows, i, &mut expected[i], &c.mine[i], &c.old[i], &mut c.seen[i], wait) {
-                    return Err(c.abandon(rows, expected, e));
-                }
-                i = 0;
-            }
-            Err(e) => return Err(c.abandon(rows, expected, e)),
-        }
-    }
-    Ok(c.mine)
+/// A held claim: its token and the cell value its `checkAndPut` put (or, for
+/// a claim whose answer was lost, the value read that showed it in place).
+#[derive(Debug, Clone)]
+pub struct Claim {
+    pub token: Token,
+    pub value: Vec<u8>,
 }
 
-/// What [`claim`] keeps per row.
-struct Claims {
-    /// The claim value each row is (to be) held with.
-    mine: Vec<Vec<u8>>,
-    /// Earlier claim values of this request per row, given back (a give-back
-    /// whose answer was lost may have left one in place: still ours).
-    old: Vec<Vec<Vec<u8>>>,
-    held: Vec<bool>,
-    /// When the earliest row still held was claimed (patience runs from it).
-    held_since: Option<Instant>,
-    /// Per row, the claim last seen on it and since when.
-    seen: Vec<Option<(Vec<u8>, Instant)>>,
+/// The guard cell as last read: its bytes (the next `checkAndPut`'s
+/// expected value) and its slots.
+struct Look {
+    raw: Vec<u8>,
+    slots: Slots,
 }
 
-impl Claims {
-    /// Gives back the rows held from `from` on (nothing written under
-    /// them); each gets a fresh claim value for next time.
-    fn give_back_from(&mut self, rows: &impl Rows, expected: &mut [Vec<u8>], from: usize) {
-        let back: Vec<(usize, Vec<u8>, Vec<u8>)> = (from..self.held.len())
-            .filter(|&j| self.held[j])
-            .map(|j| (j, self.mine[j].clone(), restored(&mut expected[j])))
-            .collect();
-        cleanup(|| rows.swap_many(&back));
-        for (j, ..) in back {
-            self.held[j] = false;
-            let fresh = claim_value();
-            self.old[j].push(std::mem::replace(&mut self.mine[j], fresh));
-        }
-        if !self.held.iter().any(|h| *h) {
-            self.held_since = None;
-        }
+impl Look {
+    fn new(raw: Vec<u8>) -> Result<Look, StorageError> {
+        Ok(Look {
+            slots: decode(&raw)?,
+            raw,
+        })
     }
 
-    /// Gives back every row this request may hold, and returns `e`.
-    fn abandon(&mut self, rows: &impl Rows, expected: &mut [Vec<u8>], e: StorageError) -> StorageError {
-        let to: Vec<Vec<u8>> = expected.iter_mut().map(restored).collect();
-        let mut swaps = Vec::new();
-        for (j, to) in to.iter().enumerate() {
-            for value in self.old[j].iter().chain([&self.mine[j]]) {
-                swaps.push((j, value.clone(), to.clone()));
-            }
-        }
-        cleanup(|| rows.swap_many(&swaps));
-        e
+    fn slot(&self, shard: u32) -> Option<Slot> {
+        self.slots.get(&shard).copied()
     }
 }
 
-/// How [`acquire`] waits.
-#[derive(Clone, Copy)]
-struct Wait {
-    /// Claim the row (else only wait until it can be claimed).
-    take: bool,
-    /// Give up (Ok(false)) once waiting past this instant.
-    give_up_at: Option<Instant>,
-    started: Instant,
-    timing: Timing,
+/// Claims the rows of `shards` (sorted, distinct) in one `checkAndPut`,
+/// given `first`, the guard cell read before every row's bits. Waits while
+/// another request holds one of them (taking a slot over once the same
+/// held token has been seen for the lease), reads again the rows whose
+/// slots moved, and tries again when the claim is refused. Errors:
+/// `Unavailable` past `timing.budget` or after [`MAX_SWAP_ERRORS`] failing
+/// claims, `Corrupt` for a guard cell it cannot read; a claim of this
+/// request that may have landed is given back first.
+pub fn claim(rows: &mut impl Rows, shards: &[u32], first: Vec<u8>, timing: Timing) -> Result<Claim, StorageError> {
+    let mut tried = Vec::new();
+    let claimed = claim_tracked(rows, shards, first, timing, &mut tried);
+    if claimed.is_err() && !tried.is_empty() {
+        give_back(rows, shards, &tried);
+    }
+    claimed
 }
 
-/// Failed `checkAndPut`s in a row (no answer, or a call error) after which
-/// [`acquire`] fails the request.
-const MAX_SWAP_ERRORS: u32 = 3;
-
-/// Takes row `i` alone: waits while another request's claim is on it
-/// (taking it over once the same claim has been seen for the lease), and
-/// reads it again after a lost `checkAndPut`. A claim value in `old` is
-/// this request's own, given back unanswered: taken at once. Ok(false)
-/// past the wait's `give_up_at`; with `take` false, Ok(true) as soon as it
-/// could be taken.
-fn acquire(
+/// [`claim`], noting in `tried` every token whose `checkAndPut` answer was
+/// lost (it may have landed).
+fn claim_tracked(
     rows: &mut impl Rows,
-    i: usize,
-    expected: &mut Vec<u8>,
-    mine: &[u8],
-    old: &[Vec<u8>],
-    seen: &mut Option<(Vec<u8>, Instant)>,
-    wait: Wait,
-) -> Result<bool, StorageError> {
+    shards: &[u32],
+    first: Vec<u8>,
+    timing: Timing,
+    tried: &mut Vec<Token>,
+) -> Result<Claim, StorageError> {
+    let started = Instant::now();
+    let mut now = Look::new(first)?;
+    // Per row, the slot its bits were read under.
+    let mut basis: Vec<Option<Slot>> = shards.iter().map(|&s| now.slot(s)).collect();
+    // Held slots seen at the read are watched from now on, all at once, so
+    // several rows a dead replica left are taken over after one lease.
+    let mut watch: Vec<Option<(Token, Instant)>> = basis
+        .iter()
+        .map(|s| s.filter(|s| s.held).map(|s| (s.token, started)))
+        .collect();
     let mut pause = Duration::from_millis(1);
     let mut errors = 0;
     loop {
-        if expected.as_slice() == mine {
-            return Ok(true); // an earlier swap landed though its answer was lost
+        // A claim whose answer was lost, found in place: ours.
+        if let Some(t) = tried
+            .iter()
+            .find(|t| shards.iter().all(|&s| now.slot(s) == Some(Slot::held(**t))))
+        {
+            return Ok(Claim {
+                token: *t,
+                value: now.raw,
+            });
         }
-        if wait.started.elapsed() > wait.timing.budget {
+        if started.elapsed() > timing.budget {
             return Err(StorageError::Unavailable(format!(
-                "AddIfAbsent could not claim a shard row within {} s: other replicas kept it \
+                "AddIfAbsent could not claim its shard rows within {} s: other replicas kept them \
                  (nothing was written; retry)",
-                wait.timing.budget.as_secs()
+                timing.budget.as_secs()
             )));
         }
-        if !is_claimed(expected) {
-            *seen = None; // a claim seen after this one is a new one
-        }
-        let others = is_claimed(expected) && !old.contains(expected);
-        if others && !abandoned(expected, seen, wait.timing.lease) {
-            if wait.give_up_at.is_some_and(|t| Instant::now() >= t) {
-                return Ok(false);
-            }
-            std::thread::sleep(jittered(pause));
-            pause = (pause * 2).min(MAX_PAUSE);
-            if rows.peek(i)? != *expected {
-                *expected = rows.reread(i)?;
+        // Rows whose slot moved since their bits were read: read again.
+        let stale: Vec<usize> = (0..shards.len()).filter(|&i| now.slot(shards[i]) != basis[i]).collect();
+        if !stale.is_empty() {
+            now = Look::new(rows.reread(&stale)?)?;
+            for &i in &stale {
+                basis[i] = now.slot(shards[i]);
             }
             continue;
         }
-        if !wait.take {
-            return Ok(true);
+        let blocked = (0..shards.len()).any(|i| match now.slot(shards[i]) {
+            Some(s) if s.held && !tried.contains(&s.token) => !abandoned(s.token, &mut watch[i], timing.lease),
+            _ => {
+                watch[i] = None; // a claim seen after this is a new one
+                false
+            }
+        });
+        if blocked {
+            std::thread::sleep(jittered(pause));
+            pause = (pause * 2).min(MAX_PAUSE);
+            now = Look::new(rows.peek()?)?;
+            continue;
         }
-        let swap = [(i, expected.clone(), mine.to_vec())];
-        match rows.swap_many(&swap).pop() {
-            Some(Ok(true)) => return Ok(true),
-            Some(Ok(false)) => errors = 0,
-            Some(Err(e)) => {
+        let token = token();
+        let mut next = now.slots.clone();
+        for &s in shards {
+            next.insert(s, Slot::held(token));
+        }
+        let value = encode(&next);
+        match rows.swap(&now.raw, &value) {
+            Ok(true) => return Ok(Claim { token, value }),
+            Ok(false) => errors = 0,
+            Err(e) => {
+                tried.push(token);
                 errors += 1;
                 if errors >= MAX_SWAP_ERRORS {
                     return Err(e);
@@ -397,17 +369,16 @@ fn acquire(
                 std::thread::sleep(jittered(pause));
                 pause = (pause * 2).min(MAX_PAUSE);
             }
-            None => return Err(StorageError::Unavailable("checkAndPut answered nothing".into())),
         }
-        *expected = rows.reread(i)?;
+        now = Look::new(rows.peek()?)?;
     }
 }
 
-/// Whether the claim `value` has been seen unchanged for `lease`: `seen`
-/// remembers the claim last seen and since when.
-fn abandoned(value: &[u8], seen: &mut Option<(Vec<u8>, Instant)>, lease: Duration) -> bool {
-    match seen {
-        Some((v, since)) if v.as_slice() == value => {
+/// Whether the held `token` has been seen for `lease`: `watch` remembers
+/// the token last seen held and since when.
+fn abandoned(token: Token, watch: &mut Option<(Token, Instant)>, lease: Duration) -> bool {
+    match watch {
+        Some((t, since)) if *t == token => {
             let over = since.elapsed() >= lease;
             if over {
                 tracing::warn!(
@@ -419,7 +390,7 @@ fn abandoned(value: &[u8], seen: &mut Option<(Vec<u8>, Instant)>, lease: Duratio
             over
         }
         _ => {
-            *seen = Some((value.to_vec(), Instant::now()));
+            *watch = Some((token, Instant::now()));
             false
         }
     }
@@ -430,57 +401,90 @@ fn jittered(pause: Duration) -> Duration {
     pause / 2 + pause.mul_f64(rand::random::<f64>() / 2.0)
 }
 
-/// What a row given back with nothing written gets: the value read with its
-/// bits, or a fresh free value (then also the new `expected`) when that was
-/// a claim this request took over, so the row is not handed back to a dead
-/// replica (the others would wait a lease again). A holder of that old
-/// claim that comes back fails its release either way.
-fn restored(expected: &mut Vec<u8>) -> Vec<u8> {
-    if is_claimed(expected) {
-        *expected = free_value();
-    }
-    expected.clone()
-}
-
-/// Gives back every row this request may hold (a `checkAndPut` from its
-/// claim value matches only rows it holds), restoring `to[i]`. Best effort:
-/// a row left claimed is taken over after the lease.
-pub fn give_back(rows: &impl Rows, mine: &[Vec<u8>], to: &[Vec<u8>]) {
-    let swaps: Vec<(usize, Vec<u8>, Vec<u8>)> = (0..mine.len()).map(|i| (i, mine[i].clone(), to[i].clone())).collect();
-    cleanup(|| rows.swap_many(&swaps));
-}
-
 /// Runs `f` even if the gRPC caller has left (the pool skips a gone
 /// caller's calls): a claim left behind stalls every replica for a lease.
 fn cleanup<T>(f: impl FnOnce() -> T) -> T {
     crate::storage::caller::run_for(None, f)
 }
 
-/// Releases every row after the bits are written: each guard from this
-/// request's claim value to a fresh free value. Per row, whether the release
-/// landed; a row taken over is `false`, and its bits must be answered as
-/// set. A release that failed without an answer is checked by reading the
-/// guard: the fresh value means it landed, this request's claim is released
-/// again once, anything else is `false`.
-pub fn release(rows: &impl Rows, mine: &[Vec<u8>]) -> Vec<bool> {
+/// Releases every slot of `shards` held under one of `tokens` (a claim that
+/// wrote nothing, or whose write failed). Best effort: a slot left held is
+/// taken over after the lease.
+pub fn give_back(rows: &impl Rows, shards: &[u32], tokens: &[Token]) {
     cleanup(|| {
-        let swaps: Vec<(usize, Vec<u8>, Vec<u8>)> =
-            (0..mine.len()).map(|i| (i, mine[i].clone(), free_value())).collect();
-        let answers = rows.swap_many(&swaps);
-        swaps
+        for _ in 0..MAX_SWAP_ERRORS {
+            let Ok(now) = rows.peek().and_then(Look::new) else {
+                continue;
+            };
+            let mut next = now.slots.clone();
+            let mut any = false;
+            for &s in shards {
+                if let Some(slot) = now.slot(s).filter(|s| s.held && tokens.contains(&s.token)) {
+                    next.insert(s, Slot::released(slot.token));
+                    any = true;
+                }
+            }
+            if !any || matches!(rows.swap(&now.raw, &encode(&next)), Ok(true)) {
+                return;
+            }
+        }
+    })
+}
+
+/// Releases `claim` after its bits landed. Per row of `shards`, whether the
+/// claim was still this request's after the write (else another request
+/// took it over after the lease, and the row's bits must be answered as
+/// set). Judged only from a look at the cell after the write: the release's
+/// own `checkAndPut` (its expected value was in place), or a read. A read
+/// that fails answers every row `false` (the safe side); after
+/// [`MAX_RELEASES`] refused tries the rows still held are left to the lease.
+pub fn release(rows: &impl Rows, shards: &[u32], claim: &Claim) -> Vec<bool> {
+    cleanup(|| {
+        let mine = Slot::held(claim.token);
+        let done = Slot::released(claim.token);
+        let mut raw = claim.value.clone();
+        let mut looked = false; // `raw` read after the write
+        let mut pause = Duration::from_millis(1);
+        for _ in 0..MAX_RELEASES {
+            let Ok(slots) = decode(&raw) else {
+                return vec![false; shards.len()];
+            };
+            let kept: Vec<bool> = shards
+                .iter()
+                .map(|s| {
+                    let slot = slots.get(s).copied();
+                    slot == Some(mine) || (looked && slot == Some(done))
+                })
+                .collect();
+            let mut next = slots.clone();
+            let mut any = false;
+            for &s in shards {
+                if slots.get(&s) == Some(&mine) {
+                    next.insert(s, done);
+                    any = true;
+                }
+            }
+            if !any && looked {
+                return kept;
+            }
+            if any && matches!(rows.swap(&raw, &encode(&next)), Ok(true)) {
+                return kept;
+            }
+            match rows.peek() {
+                Ok(now) => {
+                    raw = now;
+                    looked = true;
+                }
+                Err(_) => return vec![false; shards.len()],
+            }
+            std::thread::sleep(jittered(pause));
+            pause = (pause * 2).min(MAX_PAUSE);
+        }
+        tracing::warn!("AddIfAbsent release refused {MAX_RELEASES} times: its rows are left to the guard lease");
+        let slots = decode(&raw).unwrap_or_default();
+        shards
             .iter()
-            .zip(answers)
-            .map(|((i, mine, fresh), answer)| match answer {
-                Ok(released) => released,
-                Err(_) => match rows.peek(*i) {
-                    Ok(now) if now == *fresh => true,
-                    Ok(now) if now == *mine => {
-                        let again = [(*i, mine.clone(), free_value())];
-                        matches!(rows.swap_many(&again).pop(), Some(Ok(true)))
-                    }
-                    _ => false,
-                },
-            })
+            .map(|s| matches!(slots.get(s), Some(x) if *x == mine || *x == done))
             .collect()
     })
 }

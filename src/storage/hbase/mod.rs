@@ -80,7 +80,7 @@ mod row_locks;
 mod sasl;
 mod tables;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use hbase_thrift::hbase::{THbaseSyncClient, TRowResult};
 
@@ -203,29 +203,25 @@ impl HbaseStore {
     }
 
     fn read(&self, d: &Deduper, bits: &[BitAddr]) -> Result<Vec<Cell>, StorageError> {
-        Ok(self.read_with_guards(d, bits, &[])?.0)
+        Ok(self.read_with_guard(d, bits, false)?.0)
     }
 
-    /// The cells of `bits`, and the `AddIfAbsent` guard values of `guards`
-    /// (the shards `bits` touch, or none), read first (one call of their
-    /// guard rows), so no later than the bits (`guard.rs`).
-    fn read_with_guards(
+    /// The cells of `bits`, and (with `guard`) the value of `d`'s
+    /// `AddIfAbsent` guard cell, read first (one call), so no later than
+    /// the bits (`guard.rs`); without `guard`, an empty value.
+    fn read_with_guard(
         &self,
         d: &Deduper,
         bits: &[BitAddr],
-        guards: &[u32],
-    ) -> Result<(Vec<Cell>, ByShard), StorageError> {
+        guard: bool,
+    ) -> Result<(Vec<Cell>, Vec<u8>), StorageError> {
         let mut cells = vec![Cell::default(); bits.len()];
         if bits.is_empty() {
-            return Ok((cells, BTreeMap::new()));
+            return Ok((cells, Vec::new()));
         }
         self.tables.ensure_data(&self.pool)?;
         let table = self.data_table(d);
-        let guard_values = if guards.is_empty() {
-            BTreeMap::new()
-        } else {
-            self.read_guards(&table, d, guards)?
-        };
+        let guard_value = if guard { self.read_guard(&table, d)? } else { Vec::new() };
         let limits = data::CallLimits {
             cells: self.config.max_cells_per_read,
             bytes: self.config.max_request_bytes,
@@ -246,22 +242,16 @@ impl HbaseStore {
         .flatten()
         .collect();
         data::decode_rows(d, bits, &results, &mut cells)?;
-        Ok((cells, guard_values))
+        Ok((cells, guard_value))
     }
 
-    /// The guard values of `shards` of `d`, by shard, from their guard rows
-    /// (one call).
-    fn read_guards(&self, table: &str, d: &Deduper, shards: &[u32]) -> Result<ByShard, StorageError> {
+    /// The value of `d`'s guard cell (one call; empty when there is none).
+    fn read_guard(&self, table: &str, d: &Deduper) -> Result<Vec<u8>, StorageError> {
         let group = ReadGroup {
-            rows: shards.iter().map(|&s| guard_row(d, s)).collect(),
+            rows: vec![guard_row(d)],
             columns: vec![guard::column()],
         };
-        let by_key = guard::values(&self.read_group(table, &group)?);
-        Ok(shards
-            .iter()
-            .zip(&group.rows)
-            .filter_map(|(&s, key)| Some((s, by_key.get(key)?.clone())))
-            .collect())
+        Ok(guard::value(&self.read_group(table, &group)?))
     }
 
     /// AddIfAbsent with the guard (`guard.rs`), alone: a round of one
@@ -358,11 +348,7 @@ impl HbaseStore {
         // Held through the round: requests of this process take turns here
         // instead of contending for the claims in HBase.
         let _held = self.row_locks.lock(&table, &rows);
-        let (cells, guards) = self.read_with_guards(d, &all, &shards)?;
-        let mut expected: Vec<Vec<u8>> = shards
-            .iter()
-            .map(|s| guards.get(s).cloned().unwrap_or_default())
-            .collect();
+        let (cells, first) = self.read_with_guard(d, &all, true)?;
         // `all` is sorted by shard: each row's bits are one run of it.
         let ranges = shards
             .iter()
@@ -372,16 +358,15 @@ impl HbaseStore {
             store: self,
             d,
             table: &table,
-            guard_rows: shards.iter().map(|&s| guard_row(d, s)).collect(),
+            guard_row: guard_row(d),
             ttl_ms: i64::try_from(d.expiry_seconds.saturating_mul(1000))
                 .unwrap_or(i64::MAX)
                 .saturating_add(guard::TTL_SLACK.as_millis() as i64),
-            shards: &shards,
             all: &all,
             ranges,
             cells,
         };
-        let mine = guard::claim(&mut guarded, &mut expected, guard::Timing::default())?;
+        let claim = guard::claim(&mut guarded, &shards, first, guard::Timing::default())?;
         let mut answers = combine::answers(members, &all, &guarded.cells);
         let written = (|| {
             if let (Some(before_write), [mine]) = (before_write, answers.as_slice()) {
@@ -392,22 +377,22 @@ impl HbaseStore {
             self.write_many(d, &writes)
         })();
         if let Err(e) = written {
-            // Bits may have landed: a fresh free value, never the one read.
-            let fresh: Vec<Vec<u8>> = rows.iter().map(|_| guard::free_value()).collect();
-            guard::give_back(&guarded, &mine, &fresh);
+            // Bits may have landed: released under this claim's token, which
+            // no one read the bits under, so the next claimant reads again.
+            guard::give_back(&guarded, &shards, &[claim.token]);
             return Err(e);
         }
         let lost: BTreeSet<u32> = shards
             .iter()
-            .zip(guard::release(&guarded, &mine))
-            .filter(|(_, released)| !released)
+            .zip(guard::release(&guarded, &shards, &claim))
+            .filter(|(_, kept)| !kept)
             .map(|(s, _)| *s)
             .collect();
         if !lost.is_empty() {
             tracing::warn!(
                 rows = lost.len(),
                 requests = members.len(),
-                "AddIfAbsent rows taken over (held past the guard lease) or released without an answer: \
+                "AddIfAbsent rows taken over (held past the guard lease) or not confirmed after the write: \
                  those rows answer present"
             );
         }
@@ -430,62 +415,55 @@ struct GuardedRows<'a> {
     store: &'a HbaseStore,
     d: &'a Deduper,
     table: &'a str,
-    /// Guard row key per row.
-    guard_rows: Vec<Vec<u8>>,
-    /// `_ttl` of the guard cells (ms).
+    /// The deduper's guard row key.
+    guard_row: Vec<u8>,
+    /// `_ttl` of the guard cell (ms).
     ttl_ms: i64,
-    /// The round's shards, in order (row `i` is shard `shards[i]`).
-    shards: &'a [u32],
     /// The round's bits, sorted; `cells[j]` is `all[j]`.
     all: &'a [BitAddr],
-    /// Each row's bits within `all`.
+    /// Each row's bits within `all` (row `i` is the round's `i`-th shard).
     ranges: Vec<std::ops::Range<usize>>,
     cells: Vec<Cell>,
 }
 
 impl guard::Rows for GuardedRows<'_> {
-    fn reread(&mut self, i: usize) -> Result<Vec<u8>, StorageError> {
-        let range = self.ranges[i].clone();
-        let shard = self.shards[i];
-        let (cells, guards) = self
-            .store
-            .read_with_guards(self.d, &self.all[range.clone()], &[shard])?;
-        self.cells[range].copy_from_slice(&cells);
-        Ok(guards.get(&self.shards[i]).cloned().unwrap_or_default())
+    fn peek(&self) -> Result<Vec<u8>, StorageError> {
+        self.store.read_guard(self.table, self.d)
     }
 
-    fn peek(&self, i: usize) -> Result<Vec<u8>, StorageError> {
-        let shard = self.shards[i];
-        let read = self.store.read_guards(self.table, self.d, &[shard])?;
-        Ok(read.get(&shard).cloned().unwrap_or_default())
-    }
-
-    fn swap_many(&self, swaps: &[(usize, Vec<u8>, Vec<u8>)]) -> Vec<Result<bool, StorageError>> {
-        let s = self.store;
-        let swap = |(i, expected, new): &(usize, Vec<u8>, Vec<u8>)| {
-            Ok(guard::swap(
-                &s.pool,
-                &s.tables,
-                self.table,
-                &self.guard_rows[*i],
-                expected,
-                new,
-                self.ttl_ms,
-            ))
-        };
-        match in_parallel(swaps, s.parallel_calls(), OnError::Continue, swap) {
-            Ok(each) => each,
-            Err(e) => swaps.iter().map(|_| Err(e.clone())).collect(),
+    fn reread(&mut self, which: &[usize]) -> Result<Vec<u8>, StorageError> {
+        let bits: Vec<BitAddr> = which
+            .iter()
+            .flat_map(|&i| self.all[self.ranges[i].clone()].iter().copied())
+            .collect();
+        let (cells, value) = self.store.read_with_guard(self.d, &bits, true)?;
+        let mut from = 0;
+        for &i in which {
+            let range = self.ranges[i].clone();
+            let to = from + range.len();
+            self.cells[range].copy_from_slice(&cells[from..to]);
+            from = to;
         }
+        Ok(value)
+    }
+
+    fn swap(&self, expected: &[u8], new: &[u8]) -> Result<bool, StorageError> {
+        let s = self.store;
+        guard::swap(
+            &s.pool,
+            &s.tables,
+            self.table,
+            &self.guard_row,
+            expected,
+            new,
+            self.ttl_ms,
+        )
     }
 }
 
-/// Guard values by shard.
-type ByShard = BTreeMap<u32, Vec<u8>>;
-
-/// The guard row of shard `shard` of `d` (`guard.rs`).
-fn guard_row(d: &Deduper, shard: u32) -> Vec<u8> {
-    layout::guard_row_key(shard, &d.client_id, &d.name)
+/// The guard row of `d` (`guard.rs`).
+fn guard_row(d: &Deduper) -> Vec<u8> {
+    layout::guard_row_key(&d.client_id, &d.name)
 }
 
 /// Most HBase calls one request runs at once (each on its own pooled connection).
