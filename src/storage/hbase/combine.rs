@@ -6,16 +6,16 @@
 //! queueing behind each other, the requests that wait for one deduper are
 //! served together: one read of the union of their bits (each row read once,
 //! after its guard), each member's own write (its own expiry: `mutateRowsTs`
-//! has one timestamp per call), and one guard claim and release per row. HBase decodes a
-//! wide row once per round instead of once per request, and makes one
-//! `checkAndPut` per row per round: measured on real HBase 2.6.1, docs/hbase.md
-//! "Group commit".
+//! has one timestamp per call), and one guard claim and release (a
+//! `checkAndPut` each). HBase decodes a wide row once per round instead of
+//! once per request: measured on real HBase 2.6.1, docs/hbase.md "Group
+//! commit".
 //!
 //! A round waits briefly for stragglers ([`linger_until`]): with clients
 //! that each send their next request as soon as they have an answer, rounds
 //! otherwise settle into alternating groups (one client, then the other
-//! three, ...), each paying the round's fixed costs - the shard-row gets
-//! and the two `checkAndPut`s per row - for part of the clients.
+//! three, ...), each paying the round's fixed costs - the shard-row gets,
+//! the guard read and its two `checkAndPut`s - for part of the clients.
 //!
 //! Each member is answered as if the members had run one after another in
 //! arrival order: a member sees the bits of the members before it as set,

@@ -224,10 +224,11 @@ pub struct HbaseConfig {
     /// default); a bigger read or write is split into several calls.
     /// Default 1,048,576 (about 20,000 bit writes per call).
     pub max_request_bytes: u64,
-    /// Close the cross-replica `AddIfAbsent` race with a guard cell per shard
-    /// row, claimed with `checkAndPut` before the write and released after
-    /// (two extra calls per touched row; a row another replica is writing is
-    /// waited for and read again, `guard.rs`). Off, two replicas racing on
+    /// Close the cross-replica `AddIfAbsent` race with a guard cell per
+    /// deduper whose slots claim shard rows, claimed with `checkAndPut`
+    /// before the write and released after (one read and two `checkAndPut`s
+    /// per round; a row another replica is writing is waited for and read
+    /// again, `guard.rs`). Off, two replicas racing on
     /// one new entity can both answer "absent". Default true.
     pub add_if_absent_guard: bool,
     /// Largest tolerated offset of this replica's clock from HBase's, in ms,

@@ -33,7 +33,7 @@
 //! while it waits (claims are all-or-nothing), so two requests never wait
 //! for each other.
 //!
-//! Why one cell per deduper, not one per shard row (as before 2026-12-06):
+//! Why one cell per deduper, not one per shard row (as before commit 196765a):
 //! Thrift1's `checkAndPut` swaps one cell, so per-row guards cost two calls
 //! per touched row and round (claim and release: 20 for a 10-shard round,
 //! against 1 read and 1 write for HBase's own client, docs/hbase.md "What
@@ -47,10 +47,11 @@
 //! slot seen at the read is watched from then on, so several dead rows take
 //! one lease, not one each). The stalled holder then finds another token in
 //! its slot when it releases, and answers "present" for that row: the safe
-//! side, counted against p, logged. A request decides which rows it kept
-//! only from a look at the cell taken after its bits landed (its release's
-//! `checkAndPut`, or a read). The guard cell's `_ttl` is the deduper's
-//! expiry plus [`TTL_SLACK`].
+//! side, counted against p, logged. A row's answers stand only if the
+//! request's release of it landed: the taker answers from bits it read
+//! before its claim, which may predate the holder's write, so a holder that
+//! cannot release a row (refused for half a lease) answers it "present" too.
+//! The guard cell's `_ttl` is the deduper's expiry plus [`TTL_SLACK`].
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -96,10 +97,6 @@ pub const TTL_SLACK: Duration = Duration::from_secs(120);
 
 /// Longest pause between two looks at a held row.
 const MAX_PAUSE: Duration = Duration::from_millis(50);
-
-/// Most `checkAndPut`s a release tries before it answers from its last look
-/// and leaves its rows to the lease (other replicas keep changing the cell).
-const MAX_RELEASES: usize = 64;
 
 /// Failed `checkAndPut`s in a row (no answer, or a call error) after which
 /// [`claim`] fails the request.
@@ -338,14 +335,18 @@ fn claim_tracked(
             }
             continue;
         }
-        let blocked = (0..shards.len()).any(|i| match now.slot(shards[i]) {
-            Some(s) if s.held && !tried.contains(&s.token) => !abandoned(s.token, &mut watch[i], timing.lease),
-            _ => {
-                watch[i] = None; // a claim seen after this is a new one
-                false
-            }
-        });
-        if blocked {
+        // Every row looked at (no short cut), so each held slot is watched
+        // from when it is first seen.
+        let blocked: Vec<bool> = (0..shards.len())
+            .map(|i| match now.slot(shards[i]) {
+                Some(s) if s.held && !tried.contains(&s.token) => !abandoned(s.token, &mut watch[i], timing.lease),
+                _ => {
+                    watch[i] = None; // a claim seen after this is a new one
+                    false
+                }
+            })
+            .collect();
+        if blocked.contains(&true) {
             std::thread::sleep(jittered(pause));
             pause = (pause * 2).min(MAX_PAUSE);
             now = Look::new(rows.peek()?)?;
@@ -359,7 +360,12 @@ fn claim_tracked(
         let value = encode(&next);
         match rows.swap(&now.raw, &value) {
             Ok(true) => return Ok(Claim { token, value }),
-            Ok(false) => errors = 0,
+            Ok(false) => {
+                // Lost to another claim or release: let it through first.
+                errors = 0;
+                std::thread::sleep(jittered(pause));
+                pause = (pause * 2).min(MAX_PAUSE);
+            }
             Err(e) => {
                 tried.push(token);
                 errors += 1;
@@ -431,31 +437,28 @@ pub fn give_back(rows: &impl Rows, shards: &[u32], tokens: &[Token]) {
     })
 }
 
-/// Releases `claim` after its bits landed. Per row of `shards`, whether the
-/// claim was still this request's after the write (else another request
-/// took it over after the lease, and the row's bits must be answered as
-/// set). Judged only from a look at the cell after the write: the release's
-/// own `checkAndPut` (its expected value was in place), or a read. A read
-/// that fails answers every row `false` (the safe side); after
-/// [`MAX_RELEASES`] refused tries the rows still held are left to the lease.
-pub fn release(rows: &impl Rows, shards: &[u32], claim: &Claim) -> Vec<bool> {
+/// Releases `claim` after its bits landed. Per row of `shards`, whether
+/// this request's release of it landed: only then may the row's answers
+/// stand. A row not released (taken over by another request after the
+/// lease, or still held when the release gives up) must be answered as
+/// set: a request that took it over answers from bits it read before its
+/// claim, which may predate this request's write. Refused because other
+/// slots moved, the release reads the cell and tries again, for up to half
+/// a lease (the slots stay this request's that long); a read that fails
+/// answers every row `false` (the safe side).
+pub fn release(rows: &impl Rows, shards: &[u32], claim: &Claim, timing: Timing) -> Vec<bool> {
     cleanup(|| {
         let mine = Slot::held(claim.token);
         let done = Slot::released(claim.token);
+        let until = Instant::now() + timing.lease / 2;
         let mut raw = claim.value.clone();
-        let mut looked = false; // `raw` read after the write
         let mut pause = Duration::from_millis(1);
-        for _ in 0..MAX_RELEASES {
+        loop {
             let Ok(slots) = decode(&raw) else {
                 return vec![false; shards.len()];
             };
-            let kept: Vec<bool> = shards
-                .iter()
-                .map(|s| {
-                    let slot = slots.get(s).copied();
-                    slot == Some(mine) || (looked && slot == Some(done))
-                })
-                .collect();
+            // Released by an earlier try whose answer was lost.
+            let landed = |s: &u32| slots.get(s) == Some(&done);
             let mut next = slots.clone();
             let mut any = false;
             for &s in shards {
@@ -464,28 +467,30 @@ pub fn release(rows: &impl Rows, shards: &[u32], claim: &Claim) -> Vec<bool> {
                     any = true;
                 }
             }
-            if !any && looked {
-                return kept;
+            if !any {
+                return shards.iter().map(landed).collect();
             }
-            if any && matches!(rows.swap(&raw, &encode(&next)), Ok(true)) {
-                return kept;
+            if matches!(rows.swap(&raw, &encode(&next)), Ok(true)) {
+                return shards
+                    .iter()
+                    .map(|s| landed(s) || slots.get(s) == Some(&mine))
+                    .collect();
             }
-            match rows.peek() {
-                Ok(now) => {
-                    raw = now;
-                    looked = true;
-                }
-                Err(_) => return vec![false; shards.len()],
+            if Instant::now() >= until {
+                tracing::warn!(
+                    "AddIfAbsent release refused for half the guard lease: the rows still held answer present \
+                     and are left to the lease"
+                );
+                return shards.iter().map(landed).collect();
             }
+            // Pause before the look, not between the look and the swap.
             std::thread::sleep(jittered(pause));
             pause = (pause * 2).min(MAX_PAUSE);
+            match rows.peek() {
+                Ok(now) => raw = now,
+                Err(_) => return vec![false; shards.len()],
+            }
         }
-        tracing::warn!("AddIfAbsent release refused {MAX_RELEASES} times: its rows are left to the guard lease");
-        let slots = decode(&raw).unwrap_or_default();
-        shards
-            .iter()
-            .map(|s| matches!(slots.get(s), Some(x) if *x == mine || *x == done))
-            .collect()
     })
 }
 

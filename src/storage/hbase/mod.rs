@@ -45,11 +45,12 @@
 //! `read_and_write_bits` reads, then writes: between the two another request
 //! (this replica or another) can add the same entity, and both would answer
 //! "absent". With `storage.hbase.add_if_absent_guard` (default on) a guard
-//! cell per shard row (in a narrow guard row beside it), claimed with
-//! `checkAndPut` before the write and released after, closes that window:
-//! a request answers only from a read no other writer overtook, reading a
-//! contended row again (`guard.rs`; one guard read per round and two
-//! `checkAndPut`s per touched row, cost measured in docs/hbase.md). Nothing
+//! cell per deduper (in a narrow guard row beside the shard rows), whose
+//! slots claim the round's rows with one `checkAndPut` before the write and
+//! release them with one after, closes that window: a request answers only
+//! from a read no other writer overtook, reading a contended row again
+//! (`guard.rs`; one guard read and two `checkAndPut`s per round, cost
+//! measured in docs/hbase.md). Nothing
 //! is ever lost either way: every write lands and the max expiry wins.
 //!
 //! # Failures
@@ -366,7 +367,8 @@ impl HbaseStore {
             ranges,
             cells,
         };
-        let claim = guard::claim(&mut guarded, &shards, first, guard::Timing::default())?;
+        let timing = guard::Timing::default();
+        let claim = guard::claim(&mut guarded, &shards, first, timing)?;
         let mut answers = combine::answers(members, &all, &guarded.cells);
         let written = (|| {
             if let (Some(before_write), [mine]) = (before_write, answers.as_slice()) {
@@ -384,7 +386,7 @@ impl HbaseStore {
         }
         let lost: BTreeSet<u32> = shards
             .iter()
-            .zip(guard::release(&guarded, &shards, &claim))
+            .zip(guard::release(&guarded, &shards, &claim, timing))
             .filter(|(_, kept)| !kept)
             .map(|(s, _)| *s)
             .collect();

@@ -1,7 +1,7 @@
 //! In-process locks on shard rows for guarded `AddIfAbsent`.
 //!
-//! The guard (`guard.rs`) claims each row in HBase before a request writes
-//! it. Requests of one process racing each other are not a cross-replica
+//! The guard (`guard.rs`) claims the rows in HBase before a request writes
+//! them. Requests of one process racing each other are not a cross-replica
 //! race but ordinary concurrency: with the earlier guard (a swap after the
 //! write, the loser taking the row as set) four concurrent 1,000-entity
 //! requests into a fresh 10-shard deduper answered 75% of their new entities
