@@ -56,6 +56,12 @@ struct Table {
     /// Another request changes another slot (shard 99) just before every
     /// `checkAndPut` while set, so each is refused.
     churn: std::sync::atomic::AtomicBool,
+    /// The next this many `checkAndPut`s answer an error without landing;
+    /// with `land_late`, each lands at the next read instead (if the cell
+    /// still holds its expected value, as HBase would check).
+    drop_answers: AtomicUsize,
+    land_late: std::sync::atomic::AtomicBool,
+    late: Mutex<Vec<(Vec<u8>, Vec<u8>)>>,
 }
 
 impl Table {
@@ -109,7 +115,13 @@ impl Request<'_> {
 
 impl Rows for Request<'_> {
     fn peek(&self) -> Result<Vec<u8>, StorageError> {
-        Ok(self.table.guard.lock().unwrap().clone())
+        let mut guard = self.table.guard.lock().unwrap();
+        for (expected, new) in self.table.late.lock().unwrap().drain(..) {
+            if *guard == expected {
+                *guard = new;
+            }
+        }
+        Ok(guard.clone())
     }
     fn reread(&mut self, which: &[usize]) -> Result<Vec<u8>, StorageError> {
         self.table.rereads.fetch_add(1, SeqCst);
@@ -127,6 +139,17 @@ impl Rows for Request<'_> {
         self.table.swaps.fetch_add(1, SeqCst);
         if self.table.churn.load(SeqCst) {
             self.table.set_slot(99, Slot::released(token()));
+        }
+        if self
+            .table
+            .drop_answers
+            .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            if self.table.land_late.load(SeqCst) {
+                self.table.late.lock().unwrap().push((expected.to_vec(), new.to_vec()));
+            }
+            return Err(StorageError::Unavailable("no answer".into()));
         }
         let won = {
             let mut guard = self.table.guard.lock().unwrap();
@@ -487,4 +510,37 @@ fn dead_claims_found_after_the_read_are_taken_over_after_one_lease() {
     assert!(took >= timing.lease, "taken over after {took:?}");
     assert!(took < timing.lease * 2, "one lease per dead row: {took:?}");
     assert_eq!(release(&req, &[0, 1, 2], &claim, timing), vec![true; 3]);
+}
+
+/// A release whose call failed but which lands later (here: by the next
+/// read) is found released under this request's token: its rows are kept,
+/// not answered "present", and none is left held.
+#[test]
+fn a_release_that_lands_after_its_call_failed_keeps_its_rows() {
+    let table = Table::with_rows(2);
+    let (mut req, first) = Request::at(&table, vec![0, 1], vec![vec![1], vec![2]]);
+    let claim = claim(&mut req, &[0, 1], first, Timing::default()).unwrap();
+    table.land_late.store(true, SeqCst);
+    table.drop_answers.store(1, SeqCst);
+    assert_eq!(release(&req, &[0, 1], &claim, Timing::default()), vec![true, true]);
+    assert_eq!(table.slots()[&1], Slot::released(claim.token));
+    assert_eq!(
+        table.swaps.load(SeqCst),
+        2,
+        "claim, then the one release that landed late"
+    );
+}
+
+/// A claim whose call failed and which never lands is not taken for held:
+/// the request claims again under a fresh token and goes on.
+#[test]
+fn a_claim_that_failed_and_never_landed_is_claimed_again() {
+    let table = Table::with_rows(1);
+    let (mut req, first) = Request::at(&table, vec![0], vec![vec![1]]);
+    table.drop_answers.store(1, SeqCst);
+    let claim = claim(&mut req, &[0], first, Timing::default()).unwrap();
+    assert_eq!(table.swaps.load(SeqCst), 2);
+    assert_eq!(table.slots()[&0], Slot::held(claim.token));
+    assert_eq!(release(&req, &[0], &claim, Timing::default()), vec![true]);
+    assert!(table.none_held());
 }
