@@ -268,6 +268,20 @@ impl Look {
     fn slot(&self, shard: u32) -> Option<Slot> {
         self.slots.get(&shard).copied()
     }
+
+    /// The cell's value with the slots of `shards` held under one of
+    /// `tokens` released (same token); `None` when none is.
+    fn releasing(&self, shards: &[u32], tokens: &[Token]) -> Option<Vec<u8>> {
+        let mut next = self.slots.clone();
+        let mut any = false;
+        for &s in shards {
+            if let Some(slot) = self.slot(s).filter(|s| s.held && tokens.contains(&s.token)) {
+                next.insert(s, Slot::released(slot.token));
+                any = true;
+            }
+        }
+        any.then(|| encode(&next))
+    }
 }
 
 /// Claims the rows of `shards` (sorted, distinct) in one `checkAndPut`,
@@ -422,16 +436,9 @@ pub fn give_back(rows: &impl Rows, shards: &[u32], tokens: &[Token]) {
             let Ok(now) = rows.peek().and_then(Look::new) else {
                 continue;
             };
-            let mut next = now.slots.clone();
-            let mut any = false;
-            for &s in shards {
-                if let Some(slot) = now.slot(s).filter(|s| s.held && tokens.contains(&s.token)) {
-                    next.insert(s, Slot::released(slot.token));
-                    any = true;
-                }
-            }
-            if !any || matches!(rows.swap(&now.raw, &encode(&next)), Ok(true)) {
-                return;
+            match now.releasing(shards, tokens) {
+                Some(next) if !matches!(rows.swap(&now.raw, &next), Ok(true)) => {}
+                _ => return,
             }
         }
     })
@@ -454,27 +461,16 @@ pub fn release(rows: &impl Rows, shards: &[u32], claim: &Claim, timing: Timing) 
         let mut raw = claim.value.clone();
         let mut pause = Duration::from_millis(1);
         loop {
-            let Ok(slots) = decode(&raw) else {
+            let Ok(now) = Look::new(raw) else {
                 return vec![false; shards.len()];
             };
             // Released by an earlier try whose answer was lost.
-            let landed = |s: &u32| slots.get(s) == Some(&done);
-            let mut next = slots.clone();
-            let mut any = false;
-            for &s in shards {
-                if slots.get(&s) == Some(&mine) {
-                    next.insert(s, done);
-                    any = true;
-                }
-            }
-            if !any {
+            let landed = |s: &u32| now.slot(*s) == Some(done);
+            let Some(next) = now.releasing(shards, &[claim.token]) else {
                 return shards.iter().map(landed).collect();
-            }
-            if matches!(rows.swap(&raw, &encode(&next)), Ok(true)) {
-                return shards
-                    .iter()
-                    .map(|s| landed(s) || slots.get(s) == Some(&mine))
-                    .collect();
+            };
+            if matches!(rows.swap(&now.raw, &next), Ok(true)) {
+                return shards.iter().map(|s| landed(s) || now.slot(*s) == Some(mine)).collect();
             }
             if Instant::now() >= until {
                 tracing::warn!(
