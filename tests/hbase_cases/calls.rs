@@ -199,3 +199,70 @@ async fn framed_transport_and_requests_over_the_frame_limit() {
         assert!(absent(&s, "c", "d", &refs).await.iter().all(|a| !a), "{protocol:?}");
     }
 }
+
+/// Concurrent CheckAbsences of one deduper are served in rounds
+/// (`src/storage/hbase/combine.rs`): one get per shard row for all the
+/// requests waiting, not one per request and row (issue 20: a get of a wide
+/// row costs the region server a fixed amount whatever its columns). With
+/// 200 ms per call the five requests sent while the first one reads join
+/// one round: 20 reads for 6 requests of 1,000 entities on 10 rows, where
+/// one read per request and row would be 60. Each request still gets its
+/// own answers, including the writes acknowledged before it was sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_checks_share_their_reads() {
+    let b = TestBackend::hbase();
+    let s = std::sync::Arc::new(TestServer::start(&b).await);
+    let d = s
+        .admin()
+        .create_deduper(create_np("c", "d", 1_000_000, 0.01, 3600))
+        .await
+        .unwrap()
+        .into_inner();
+    let batches: Vec<Vec<String>> = (0..6).map(|r| names(&format!("r{r}"), 1000)).collect();
+    // The first 500 of every batch are added; the rest are new.
+    for batch in &batches {
+        let refs: Vec<&str> = batch[..500].iter().map(String::as_str).collect();
+        add(&s, "c", "d", &refs, 0).await;
+    }
+    warm_then_reset(&s, &b).await;
+    b.emulator().set_latency(std::time::Duration::from_millis(200));
+    let first = {
+        let s = s.clone();
+        let batch = batches[0].clone();
+        tokio::spawn(async move {
+            let refs: Vec<&str> = batch.iter().map(String::as_str).collect();
+            absent(&s, "c", "d", &refs).await
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let rest: Vec<_> = batches[1..]
+        .iter()
+        .map(|batch| {
+            let (s, batch) = (s.clone(), batch.clone());
+            tokio::spawn(async move {
+                let refs: Vec<&str> = batch.iter().map(String::as_str).collect();
+                absent(&s, "c", "d", &refs).await
+            })
+        })
+        .collect();
+    let mut answers = vec![first.await.unwrap()];
+    for t in rest {
+        answers.push(t.await.unwrap());
+    }
+    b.emulator().set_latency(std::time::Duration::ZERO);
+    let (reads, writes) = data_calls(&b);
+    assert_eq!(writes, 0);
+    assert_eq!(
+        reads,
+        2 * u64::from(d.shards),
+        "one round for the first request, one for the other five"
+    );
+    for (r, answer) in answers.iter().enumerate() {
+        assert!(
+            answer[..500].iter().all(|a| !a),
+            "batch {r}: an added entity answered absent"
+        );
+        let new = answer[500..].iter().filter(|a| **a).count();
+        assert!(new > 490, "batch {r}: only {new} of 500 new entities answered absent");
+    }
+}

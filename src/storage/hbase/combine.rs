@@ -1,4 +1,5 @@
-//! Group commit for guarded `AddIfAbsent` without a request id.
+//! Group commit for guarded `AddIfAbsent` without a request id, and for
+//! plain reads (`CheckAbsence`) and writes (`Add`) of one deduper.
 //!
 //! Guarded requests of one process that touch the same shard rows run one
 //! after another anyway (`row_locks.rs`): with a batch of more than a few
@@ -10,6 +11,14 @@
 //! `checkAndPut` each). HBase decodes a wide row once per round instead of
 //! once per request: measured on real HBase 2.6.1, docs/hbase.md "Group
 //! commit".
+//!
+//! Reads and writes of one deduper are combined the same way, each kind in
+//! its own queue: a round of reads makes one `getRowWithColumns` per row for
+//! all its members (a get of a wide row has a fixed cost - a scanner on every
+//! store file - whatever its columns), a round of writes one `mutateRowsTs`
+//! per group of expiries (no concurrent inserts into the same rows). A
+//! member joins before its round reads, so it sees every write acknowledged
+//! before it arrived.
 //!
 //! A round waits briefly for stragglers ([`linger_until`]): with clients
 //! that each send their next request as soon as they have an answer, rounds
@@ -281,6 +290,23 @@ fn sorted_unique<'a>(bits: impl Iterator<Item = &'a BitAddr>) -> Vec<BitAddr> {
     all
 }
 
+/// Each member's cells from one read of `union` (`cells[i]` is
+/// `union[i]`), as HBase held them: what a round of reads answers.
+pub fn each(members: &[Member], union: &[BitAddr], cells: &[Cell]) -> Vec<Vec<Cell>> {
+    if let [_] = members {
+        return vec![cells.to_vec()];
+    }
+    members
+        .iter()
+        .map(|m| {
+            m.bits
+                .iter()
+                .map(|a| union.binary_search(a).map(|i| cells[i]).unwrap_or_default())
+                .collect()
+        })
+        .collect()
+}
+
 /// Each member's cells from the round's read of `union` (`cells[i]` is
 /// `union[i]`), as if the members had run one after another: a bit an
 /// earlier member wrote reads as the later of what HBase held and that
@@ -362,6 +388,24 @@ mod tests {
         let one = &members[..1];
         assert_eq!(union(one), members[0].bits, "a round of one reads its own bits");
         assert_eq!(answers(one, &union(one), &read[..2]), vec![read[..2].to_vec()]);
+    }
+
+    #[test]
+    fn reads_answer_each_member_what_hbase_held() {
+        let members = [member(&[(0, 1), (1, 5)], 0), member(&[(0, 1), (0, 2), (1, 5)], 0)];
+        let all = union(&members);
+        let at = |e: Option<i64>| Cell {
+            expire_ms: e,
+            legacy: None,
+        };
+        let read = [at(Some(300)), at(None), at(Some(450))];
+        let got = each(&members, &all, &read);
+        assert_eq!(got[0], vec![at(Some(300)), at(Some(450))]);
+        assert_eq!(
+            got[1],
+            vec![at(Some(300)), at(None), at(Some(450))],
+            "no member sees another's bits as set"
+        );
     }
 
     #[test]

@@ -113,6 +113,10 @@ pub struct HbaseStore {
     row_locks: row_locks::RowLocks,
     /// Guarded `AddIfAbsent`s of this process waiting per deduper (`combine.rs`).
     combiner: combine::Combiner,
+    /// Reads (`read_bits`) of this process waiting per deduper.
+    read_rounds: combine::Combiner,
+    /// Writes (`write_bits`) of this process waiting per deduper.
+    write_rounds: combine::Combiner,
 }
 
 impl HbaseStore {
@@ -143,6 +147,8 @@ impl HbaseStore {
             probe_id: rand::random(),
             row_locks: row_locks::RowLocks::default(),
             combiner: combine::Combiner::default(),
+            read_rounds: combine::Combiner::default(),
+            write_rounds: combine::Combiner::default(),
         };
         match store.pool.call(Retry::Once, |c| c.get_table_names()) {
             Ok(_) => store.tables.ensure_data(&store.pool)?,
@@ -566,18 +572,47 @@ impl Store for HbaseStore {
         "hbase"
     }
 
-    /// One `getRowWithColumns` per touched shard row (sliced past
-    /// `max_cells_per_read` columns or `max_request_bytes`; small requests
-    /// share one `getRowsWithColumns`), in parallel. Errors:
-    /// `Unavailable`; `Corrupt` for a cell value of the wrong length.
+    /// The reads of `deduper` waiting in this process are served in rounds
+    /// (`combine.rs`): one `getRowWithColumns` per touched shard row for the
+    /// union of their bits (sliced past `max_cells_per_read` columns or
+    /// `max_request_bytes`; small rounds share one `getRowsWithColumns`), in
+    /// parallel. Errors: `Unavailable`; `Corrupt` for a cell value of the
+    /// wrong length.
     fn read_bits(&self, deduper: &Deduper, bits: &[BitAddr]) -> Result<Vec<Cell>, StorageError> {
-        self.read(deduper, bits)
+        let member = combine::Member {
+            bits: bits.to_vec(),
+            expire_ms: 0,
+        };
+        let key = format!(
+            "{}\u{0}{}",
+            self.rows_key(deduper),
+            self.config.read_legacy_markers.read_for(deduper)
+        );
+        self.read_rounds.serve(&key, member, |members| {
+            let all = combine::union(members);
+            let cells = self.read(deduper, &all)?;
+            Ok(combine::each(members, &all, &cells))
+        })
     }
 
-    /// One `mutateRowsTs` (more past `max_request_bytes`) with cell timestamp = `expire_ms` (ms since the
-    /// Unix epoch). Errors: `Unavailable`.
+    /// The writes of `deduper` waiting in this process are served in rounds
+    /// (`combine.rs`): one `mutateRowsTs` per group of expiries within
+    /// [`combine::MERGE_WITHIN_MS`] (cell timestamp = the group's latest
+    /// `expire_ms`, ms since the Unix epoch; calls of whole rows past
+    /// `data::WRITE_CELLS` cells or `max_request_bytes`). Errors:
+    /// `Unavailable`.
     fn write_bits(&self, deduper: &Deduper, bits: &[BitAddr], expire_ms: i64) -> Result<(), StorageError> {
-        self.write(deduper, bits, expire_ms)
+        let member = combine::Member {
+            bits: bits.to_vec(),
+            expire_ms,
+        };
+        self.write_rounds.serve(&self.rows_key(deduper), member, |members| {
+            let merged = combine::writes(members);
+            let writes: Vec<(&[BitAddr], i64)> = merged.iter().map(|(b, e)| (b.as_ref(), *e)).collect();
+            self.write_many(deduper, &writes)?;
+            Ok(vec![Vec::new(); members.len()])
+        })?;
+        Ok(())
     }
 
     /// Read, `before_write`, write; with `add_if_absent_guard` each touched
