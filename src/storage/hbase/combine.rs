@@ -61,6 +61,8 @@ pub struct Combiner {
     finished: Condvar,
     /// Signalled when a request joins a queue (a lingering round counts them).
     arrived: Condvar,
+    /// Rounds start at once, never waiting for stragglers ([`Combiner::eager`]).
+    eager: bool,
 }
 
 #[derive(Default)]
@@ -112,6 +114,15 @@ impl LastRound {
 }
 
 impl Combiner {
+    /// A combiner whose rounds never linger: for rounds without fixed costs
+    /// worth sharing (writes), where a lingering round only idles HBase.
+    pub fn eager() -> Combiner {
+        Combiner {
+            eager: true,
+            ..Combiner::default()
+        }
+    }
+
     /// Serves `member` in a round of the requests waiting under `key` (one
     /// deduper's rows). The caller that finds no round running runs the next
     /// one with `round`, for up to [`MAX_ROUND_BITS`] of the waiting members
@@ -211,7 +222,11 @@ impl Combiner {
         loop {
             let q = queues.get(key).expect("a queue lives while it has members");
             let bits: usize = q.pending.iter().map(|(_, m)| m.bits.len()).sum();
-            let until = linger_until(q.pending.len(), last);
+            let until = if self.eager {
+                None
+            } else {
+                linger_until(q.pending.len(), last)
+            };
             let wait = until.map_or(Duration::ZERO, |t| t.saturating_duration_since(Instant::now()));
             if wait.is_zero() || bits >= MAX_ROUND_BITS {
                 return queues;

@@ -148,7 +148,7 @@ impl HbaseStore {
             row_locks: row_locks::RowLocks::default(),
             combiner: combine::Combiner::default(),
             read_rounds: combine::Combiner::default(),
-            write_rounds: combine::Combiner::default(),
+            write_rounds: combine::Combiner::eager(),
         };
         match store.pool.call(Retry::Once, |c| c.get_table_names()) {
             Ok(_) => store.tables.ensure_data(&store.pool)?,
