@@ -28,7 +28,8 @@
 # already that full; 600000 fills the default deduper to ~35%; then SETTLE_SECONDS,
 # 60, of rest for HBase's flushes and compactions), SETTLE_MAX_SECONDS (300:
 # before every run the anchor flushes the table and waits, at most this long,
-# until no compaction runs, then until the HBase JVM idles (under 0.1 core over
+# until no compaction runs (asking the region servers to flush again every 30 s
+# while the memstore stays over 1 MiB: HBase 2.6.1 can lose a table flush), then until the HBase JVM idles (under 0.1 core over
 # 2 s, twice), so no run pays for the one before it; 0 skips), SETTLE_COMPACT (1:
 # the settle also major-compacts the table, so every run starts from one store
 # file per store; 0: flush only, the method of figures before 2026-12-03 18:00), RAW_OUT (a file

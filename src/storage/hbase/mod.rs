@@ -39,7 +39,8 @@
 //! shard row asked for its own columns only: one `getRowWithColumns` per
 //! row (sliced past `max_cells_per_read` columns), in parallel; small
 //! requests share one `getRowsWithColumns` (see `data.rs` for why). Never
-//! whole rows.
+//! whole rows. Concurrent reads of one deduper share one such read per
+//! round, as do concurrent writes one write (`combine.rs`).
 //!
 //! # AddIfAbsent across replicas
 //! `read_and_write_bits` reads, then writes: between the two another request
