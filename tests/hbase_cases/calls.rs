@@ -68,6 +68,16 @@ fn rows_touched(items: &[&str], shards: u32) -> u64 {
     rows.len() as u64
 }
 
+/// Deduper `c/d`: n = 1e6, p = 0.01, so k = 7 over 10 shards and a batch
+/// of 1,000 touches every shard row.
+async fn create_d(s: &TestServer) -> solus::api::pb::Deduper {
+    s.admin()
+        .create_deduper(create_np("c", "d", 1_000_000, 0.01, 3600))
+        .await
+        .unwrap()
+        .into_inner()
+}
+
 fn names(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}-{i}")).collect()
 }
@@ -84,12 +94,7 @@ async fn one_read_and_one_write_call_per_request() {
 async fn calls_per_request(b: &TestBackend, guard: bool) {
     let s = TestServer::start(b).await;
     // n = 1e6, p = 0.01: k 7 over 10 shards, so a batch touches every shard row.
-    let d = s
-        .admin()
-        .create_deduper(create_np("c", "d", 1_000_000, 0.01, 3600))
-        .await
-        .unwrap()
-        .into_inner();
+    let d = create_d(&s).await;
     for batch in [1usize, 10, 1000] {
         let items = names(&format!("b{batch}"), batch);
         let refs: Vec<&str> = items.iter().map(String::as_str).collect();
@@ -126,12 +131,7 @@ async fn big_rows_are_read_in_slices() {
     let mut b = TestBackend::hbase();
     b.settings.storage.hbase.max_cells_per_read = 300;
     let s = TestServer::start(&b).await;
-    let d = s
-        .admin()
-        .create_deduper(create_np("c", "d", 1_000_000, 0.01, 3600))
-        .await
-        .unwrap()
-        .into_inner();
+    let d = create_d(&s).await;
     let items = names("x", 1000);
     let refs: Vec<&str> = items.iter().map(String::as_str).collect();
     // Distinct bits per shard row, each row read in ceil(bits / 300) slices.
@@ -212,12 +212,7 @@ async fn framed_transport_and_requests_over_the_frame_limit() {
 async fn concurrent_checks_share_their_reads() {
     let b = TestBackend::hbase();
     let s = std::sync::Arc::new(TestServer::start(&b).await);
-    let d = s
-        .admin()
-        .create_deduper(create_np("c", "d", 1_000_000, 0.01, 3600))
-        .await
-        .unwrap()
-        .into_inner();
+    let d = create_d(&s).await;
     let batches: Vec<Vec<String>> = (0..6).map(|r| names(&format!("r{r}"), 1000)).collect();
     // The first 500 of every batch are added; the rest are new.
     for batch in &batches {
