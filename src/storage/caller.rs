@@ -19,11 +19,18 @@ thread_local! {
 
 /// Runs `f` on this thread with `gone` as its caller's flag (`None`: no
 /// caller, e.g. the health probe; never gone).
+/// The flag before is restored however `f` ends, a panic included (a
+/// round of combined requests catches its panic and the thread serves on).
 pub fn run_for<T>(gone: Option<Arc<AtomicBool>>, f: impl FnOnce() -> T) -> T {
-    let before = CALLER.with(|c| c.replace(gone));
-    let out = f();
-    CALLER.with(|c| *c.borrow_mut() = before);
-    out
+    struct Restore(Option<Arc<AtomicBool>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let before = self.0.take();
+            CALLER.with(|c| *c.borrow_mut() = before);
+        }
+    }
+    let _restore = Restore(CALLER.with(|c| c.replace(gone)));
+    f()
 }
 
 /// The current thread's caller flag, to hand to threads the work starts.
@@ -57,5 +64,18 @@ mod tests {
             .unwrap();
         });
         assert!(!gone(), "restored after run_for");
+    }
+
+    /// Found reviewing the combined rounds: a round that panicked left the
+    /// thread marked with the round's flag (none) instead of its request's.
+    #[test]
+    fn flag_is_restored_after_a_panic() {
+        let flag = Arc::new(AtomicBool::new(true));
+        run_for(Some(flag), || {
+            assert!(gone());
+            let caught = std::panic::catch_unwind(|| run_for(None, || panic!("a round panics")));
+            assert!(caught.is_err());
+            assert!(gone(), "the request's flag is back after the inner run_for panicked");
+        });
     }
 }

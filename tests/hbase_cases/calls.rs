@@ -261,3 +261,39 @@ async fn concurrent_checks_share_their_reads() {
         assert!(new > 490, "batch {r}: only {new} of 500 new entities answered absent");
     }
 }
+
+/// Concurrent Adds of one deduper are written in rounds (`combine.rs`): a
+/// request is answered only once its round's write landed, so each client
+/// finds all it added straight after its answer, with 200 ms per call and
+/// six 1,000-entity Adds at once (one round for the first, one for the
+/// other five).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_adds_are_found_once_answered() {
+    let b = TestBackend::hbase();
+    let s = std::sync::Arc::new(TestServer::start(&b).await);
+    create_d(&s).await;
+    warm_then_reset(&s, &b).await;
+    b.emulator().set_latency(std::time::Duration::from_millis(200));
+    let tasks: Vec<_> = (0..6)
+        .map(|r| {
+            let s = s.clone();
+            tokio::spawn(async move {
+                let batch = names(&format!("w{r}"), 1000);
+                let refs: Vec<&str> = batch.iter().map(String::as_str).collect();
+                add(&s, "c", "d", &refs, 0).await;
+                absent(&s, "c", "d", &refs).await
+            })
+        })
+        .collect();
+    for (r, t) in tasks.into_iter().enumerate() {
+        let answer = t.await.unwrap();
+        let lost = answer.iter().filter(|a| **a).count();
+        assert_eq!(
+            lost, 0,
+            "client {r}: {lost} of its 1,000 acknowledged adds answered absent"
+        );
+    }
+    b.emulator().set_latency(std::time::Duration::ZERO);
+    let (_, writes) = data_calls(&b);
+    assert!(writes >= 2, "{writes} mutateRowsTs for 6,000 entities");
+}
