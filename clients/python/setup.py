@@ -61,7 +61,27 @@ class SDist(sdist):
         super().run()
 
 
+def runtime_requirements():
+    """The runtime packages, each at least the version the stubs just generated need.
+
+    grpcio-tools stamps the stubs with its own version and they refuse to import under an older
+    grpcio ("depends on grpcio>=X"), and the messages check protobuf's runtime the same way: so the
+    package requires what its build used, and pip upgrades an older grpcio or protobuf on install.
+    Found when grpcio-tools 1.85.4 built the stubs into a virtualenv holding grpcio 1.85.3.
+    """
+    from importlib.metadata import version
+
+    grpc = version("grpcio-tools")
+    protobuf = "4.25"
+    pb2 = os.path.join(HERE, "solus_client", "_pb", "deduper_pb2.py")
+    with open(pb2) as f:
+        found = re.search(r"ValidateProtobufRuntimeVersion\(\s*[\w.]+,\s*(\d+),\s*(\d+),\s*(\d+),", f.read())
+    if found:
+        protobuf = ".".join(found.groups())
+    return [f"grpcio>={grpc}", f"protobuf>={protobuf}", "grpcio-status>=1.60", "googleapis-common-protos>=1.60"]
+
+
 # setuptools lists the packages before any command runs, so the stubs are made right away.
 generate()
 
-setup(cmdclass={"build_py": BuildPy, "sdist": SDist})
+setup(cmdclass={"build_py": BuildPy, "sdist": SDist}, install_requires=runtime_requirements())
