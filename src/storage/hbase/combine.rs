@@ -328,37 +328,24 @@ pub fn each(members: &[Member], union: &[BitAddr], cells: &[Cell]) -> Vec<Vec<Ce
 /// member's expiry (cell timestamps are expiry times; HBase returns the
 /// newest).
 pub fn answers(members: &[Member], union: &[BitAddr], cells: &[Cell]) -> Vec<Vec<Cell>> {
-    if let [_] = members {
-        // A round of one (the usual case): the union is its own bits.
-        return vec![cells.to_vec()];
-    }
+    let mut out = each(members, union, cells);
     let mut written: HashMap<BitAddr, i64> = HashMap::new();
     let last = members.len() - 1;
-    members
-        .iter()
-        .enumerate()
-        .map(|(i, m)| {
-            let mine = m
-                .bits
-                .iter()
-                .map(|a| {
-                    let mut c = union.binary_search(a).map(|i| cells[i]).unwrap_or_default();
-                    if let Some(&e) = written.get(a) {
-                        c.expire_ms = Some(c.expire_ms.map_or(e, |x| x.max(e)));
-                    }
-                    c
-                })
-                .collect();
-            if i < last {
-                // Only later members read what this one wrote.
-                for a in &m.bits {
-                    let e = written.entry(*a).or_insert(m.expire_ms);
-                    *e = (*e).max(m.expire_ms);
-                }
+    for (i, (m, mine)) in members.iter().zip(&mut out).enumerate() {
+        for (a, c) in m.bits.iter().zip(mine.iter_mut()) {
+            if let Some(&e) = written.get(a) {
+                c.expire_ms = Some(c.expire_ms.map_or(e, |x| x.max(e)));
             }
-            mine
-        })
-        .collect()
+        }
+        if i == last {
+            break; // only later members read what a member wrote (none after a round of one)
+        }
+        for a in &m.bits {
+            let e = written.entry(*a).or_insert(m.expire_ms);
+            *e = (*e).max(m.expire_ms);
+        }
+    }
+    out
 }
 
 #[cfg(test)]

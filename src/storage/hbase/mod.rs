@@ -327,6 +327,13 @@ impl HbaseStore {
         Ok(())
     }
 
+    /// The bits of a round's `members`, grouped by expiry (`combine::writes`).
+    fn write_members(&self, d: &Deduper, members: &[combine::Member]) -> Result<(), StorageError> {
+        let merged = combine::writes(members);
+        let writes: Vec<(&[BitAddr], i64)> = merged.iter().map(|(bits, e)| (bits.as_ref(), *e)).collect();
+        self.write_many(d, &writes)
+    }
+
     /// One round of guarded `AddIfAbsent`s of `d` (`combine.rs`): hold the
     /// rows in this process, read the union of the members' bits with the
     /// guards, claim every row (`guard::claim`: rows claimed by another
@@ -381,9 +388,7 @@ impl HbaseStore {
             if let (Some(before_write), [mine]) = (before_write, answers.as_slice()) {
                 before_write(mine)?;
             }
-            let merged = combine::writes(members);
-            let writes: Vec<(&[BitAddr], i64)> = merged.iter().map(|(bits, e)| (bits.as_ref(), *e)).collect();
-            self.write_many(d, &writes)
+            self.write_members(d, members)
         })();
         if let Err(e) = written {
             // Bits may have landed: released under this claim's token, which
@@ -608,9 +613,7 @@ impl Store for HbaseStore {
             expire_ms,
         };
         self.write_rounds.serve(&self.rows_key(deduper), member, |members| {
-            let merged = combine::writes(members);
-            let writes: Vec<(&[BitAddr], i64)> = merged.iter().map(|(b, e)| (b.as_ref(), *e)).collect();
-            self.write_many(deduper, &writes)?;
+            self.write_members(deduper, members)?;
             Ok(vec![Vec::new(); members.len()])
         })?;
         Ok(())
