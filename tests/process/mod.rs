@@ -143,27 +143,18 @@ impl SolusProcess {
         None
     }
 
-    /// Resident memory of the server, in KiB (`VmRSS` of /proc/<pid>/status).
-    pub fn rss_kib(&self) -> u64 {
-        self.status_kib("VmRSS")
-    }
-
     /// The process's anonymous resident memory in KiB (`RssAnon` in
     /// `/proc/<pid>/status`): its heap, stacks and maps, without the pages
     /// of its binary and libraries, which the kernel evicts and faults in
     /// again as page-cache pressure comes and goes.
     pub fn anon_rss_kib(&self) -> u64 {
-        self.status_kib("RssAnon")
-    }
-
-    fn status_kib(&self, field: &str) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).expect("reading /proc status");
         status
             .lines()
-            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .find_map(|l| l.strip_prefix("RssAnon:"))
             .and_then(|v| v.split_whitespace().next())
             .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("{field} in /proc status"))
+            .expect("RssAnon in /proc status")
     }
 
     /// The `/metrics` page (plain HTTP/1.1 GET).
