@@ -385,3 +385,50 @@ async fn hbase_transport_mismatch_points_at_the_transport_setting() {
     }
     assert_mentions(&server.stderr(), &["storage.hbase.transport (buffered)", "--framed"]);
 }
+
+/// `solus health | head -1` panicked: "failed printing to stdout: Broken
+/// pipe". A reader that leaves early ends a command quietly with success.
+#[tokio::test]
+async fn a_reader_that_leaves_early_ends_the_command_quietly() {
+    let server = SolusProcess::start(&[]).await;
+    let addr = format!("127.0.0.1:{}", server.port);
+    // The way it was found, through a shell pipe (head exits after one line).
+    let out = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "{:?} health --addr {addr} | head -1",
+            env!("CARGO_BIN_EXE_solus")
+        ))
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("\"\""));
+    // Deterministically: the pipe's reader is gone before the first line,
+    // for a one-shot command and for one that streams a line per entity.
+    let mut entities = vec!["check", "--addr", addr.as_str(), "--client", "c", "--deduper", "d"];
+    let create = [
+        "deduper", "create", "--addr", &addr, "--client", "c", "--name", "d", "-n", "1000",
+    ];
+    assert!(solus(&create, &[]).await.0);
+    let many: Vec<String> = (0..5000).map(|i| format!("e{i}")).collect();
+    entities.extend(many.iter().map(String::as_str));
+    for args in [vec!["health", "--addr", addr.as_str()], entities] {
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_solus"))
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+            .await
+            .expect("solus finished")
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "solus {}: {:?}\n{stderr}", args[0], out.status);
+        assert!(stderr.is_empty(), "solus {}: {stderr}", args[0]);
+    }
+}

@@ -189,7 +189,7 @@ fn print_deduper(d: &pb::Deduper) {
     if !d.generations.is_empty() {
         json["generations"] = d.generations.iter().map(generation_json).collect();
     }
-    println!("{json}");
+    outln!("{json}");
 }
 
 /// One generation of a resized deduper as JSON: geometry, sizing, timing
@@ -344,7 +344,7 @@ pub async fn deduper(command: DeduperCommand) -> anyhow::Result<()> {
                 if !generations.is_empty() {
                     json["generations"] = generations.iter().map(generation_json).collect();
                 }
-                println!("{json}");
+                outln!("{json}");
             }
             _ => anyhow::bail!(
                 "no figures for {client}/{name} yet: the server computes them every stats.refresh_interval_ms \
@@ -450,7 +450,7 @@ pub async fn add(a: DataArgs) -> anyhow::Result<()> {
             .map_err(|s| call_error(s, data_call(&a)))?;
         total += u64::from(r.get_ref().added);
     }
-    println!("added {total}");
+    outln!("added {total}");
     Ok(())
 }
 
@@ -489,7 +489,7 @@ pub async fn check(a: DataArgs, add: bool) -> anyhow::Result<()> {
                 .absent
         };
         for ((shown, _), absent) in batch.iter().zip(absent) {
-            println!("{} {shown}", if absent { "absent" } else { "present" });
+            outln!("{} {shown}", if absent { "absent" } else { "present" });
         }
     }
     Ok(())
@@ -521,7 +521,7 @@ pub async fn health(target: &Target) -> anyhow::Result<()> {
         };
         all_serving &= status == "SERVING";
         let shown = if service.is_empty() { "\"\"" } else { service };
-        println!("{shown:<26} {status:<12} {meaning}");
+        outln!("{shown:<26} {status:<12} {meaning}");
     }
     if !all_serving {
         anyhow::bail!("not every health service is SERVING");

@@ -72,6 +72,6 @@ pub fn run(a: ExplainArgs) -> anyhow::Result<()> {
     let page_file = format!("filters/{}/{filter}.bits", a.client);
     let json = serde_json::json!({ "shard": shard, "row_key_hex": row_key, "bits": bits, "qualifiers": qualifiers,
         "generation": a.generation, "filter": filter, "embedded_page_file": page_file });
-    println!("{json}");
+    outln!("{json}");
     Ok(())
 }

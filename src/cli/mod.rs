@@ -1,6 +1,8 @@
 //! The `solus` command line: the server, operator client commands in the
 //! spirit of `redis-cli`, contract inspection and the replay tool.
 
+#[macro_use]
+mod output;
 pub mod bench;
 mod client;
 mod explain;

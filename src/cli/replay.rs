@@ -219,20 +219,20 @@ pub async fn run(a: ReplayArgs) -> anyhow::Result<()> {
             "false_positives": fpos, "false_positive_rate": observed, "configured_p": p,
             "seconds": secs, "events_per_second": sent as f64 / secs,
         });
-        println!("{json}");
+        outln!("{json}");
     } else {
-        println!("events            {sent}");
-        println!("distinct          {new}");
-        println!("duplicates        {}", sent - new);
-        println!("false negatives   {fneg}");
+        outln!("events            {sent}");
+        outln!("distinct          {new}");
+        outln!("duplicates        {}", sent - new);
+        outln!("false negatives   {fneg}");
         match p {
-            Some(p) => println!(
+            Some(p) => outln!(
                 "false positives   {fpos} (rate {observed:.6} = {:.2} x configured p {p})",
                 observed / p
             ),
-            None => println!("false positives   {fpos} (rate {observed:.6})"),
+            None => outln!("false positives   {fpos} (rate {observed:.6})"),
         }
-        println!("throughput        {:.0} events/s over {secs:.1} s", sent as f64 / secs);
+        outln!("throughput        {:.0} events/s over {secs:.1} s", sent as f64 / secs);
     }
     anyhow::ensure!(
         fneg == 0,

@@ -393,7 +393,7 @@ pub async fn run_compare(a: CompareArgs) -> anyhow::Result<()> {
             );
             bloom = Some((start_redis(&a.redis_server, port, Some(module))?, port));
         }
-        _ => println!("RedisBloom not compared (no --redisbloom module given; bench/compare.sh fetches it)"),
+        _ => outln!("RedisBloom not compared (no --redisbloom module given; bench/compare.sh fetches it)"),
     }
     let solus_addr = format!("127.0.0.1:{solus_port}");
     let url = |port: u16| format!("redis://127.0.0.1:{port}/");
@@ -413,7 +413,7 @@ pub async fn run_compare(a: CompareArgs) -> anyhow::Result<()> {
         .await;
         let exited = g.0.try_wait().ok().flatten();
         if ready.is_err() || exited.is_some() {
-            println!(
+            outln!(
                 "RedisBloom not compared: redis-server --loadmodule {} did not start ({})",
                 a.redisbloom
                     .as_ref()
@@ -432,7 +432,7 @@ pub async fn run_compare(a: CompareArgs) -> anyhow::Result<()> {
             .status()
             .is_ok_and(|s| s.success());
     if !a.no_redis && !benchmark_found {
-        println!(
+        outln!(
             "redis-benchmark figures left out: {} not found (Debian package redis-tools)",
             a.redis_benchmark.display()
         );
@@ -633,7 +633,7 @@ pub async fn run_compare(a: CompareArgs) -> anyhow::Result<()> {
         rows,
     };
     let out = render(&summary, &a, keys.read_from_file() > 0);
-    print!("{out}");
+    out!("{out}");
     if let Some(path) = &a.markdown {
         std::fs::write(path, &out).with_context(|| format!("writing {}", path.display()))?;
     }

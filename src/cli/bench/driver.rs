@@ -45,30 +45,36 @@ pub struct Report {
 
 impl Report {
     pub fn print(&self) {
-        println!("system        {}", self.system);
-        println!(
+        outln!("system        {}", self.system);
+        outln!(
             "op            {} (batch {}, concurrency {})",
             self.op.name(),
             self.batch,
             self.concurrency
         );
-        println!(
+        outln!(
             "requests      {} in {:.1} s = {:.0} requests/s",
-            self.requests, self.seconds, self.requests_per_second
+            self.requests,
+            self.seconds,
+            self.requests_per_second
         );
-        println!(
+        outln!(
             "entities      {} = {:.0} entities/s",
-            self.entities, self.entities_per_second
+            self.entities,
+            self.entities_per_second
         );
-        println!(
+        outln!(
             "latency       p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms, max {:.2} ms",
-            self.latency_p50_ms, self.latency_p99_ms, self.latency_p999_ms, self.latency_max_ms
+            self.latency_p50_ms,
+            self.latency_p99_ms,
+            self.latency_p999_ms,
+            self.latency_max_ms
         );
         if self.errors.is_empty() {
-            println!("errors        none");
+            outln!("errors        none");
         } else {
             let shown: Vec<String> = self.errors.iter().map(|(code, n)| format!("{code} {n}")).collect();
-            println!("errors        {}", shown.join(", "));
+            outln!("errors        {}", shown.join(", "));
         }
     }
 }

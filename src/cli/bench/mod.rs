@@ -130,7 +130,7 @@ pub struct BenchArgs {
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let report = driver::run(&args).await?;
     if args.json {
-        println!("{}", serde_json::to_string(&report)?);
+        outln!("{}", serde_json::to_string(&report)?);
     } else {
         report.print();
     }
