@@ -303,11 +303,17 @@ runs = {}
 for line in sys.stdin:
     op, b, rnd, system, eps, p99, failed, rs, th = line.split()
     runs.setdefault((op, int(b), int(rnd)), {})[system] = (float(eps), float(p99), int(failed), float(rs), float(th))
-hdr = ("work", "batch", "anchor e/s", "p99 ms", "fail", "CPU/1k", "Solus e/s", "p99 ms", "fail", "CPU/1k (RS+Thrift)", "Solus/anchor")
+# The columns and work names of the tables in docs/hbase.md, so a run pastes in as it is;
+# "failed" is anchor / Solus, "round" only when ROUNDS > 1.
+works = {"add-if-absent": "AddIfAbsent", "check": "CheckAbsence", "add": "Add"}
+rounds = max(rnd for (_, _, rnd) in runs) > 1
+hdr = (["work", "batch"] + (["round"] if rounds else []) + ["anchor entities/s", "p99 ms", "CPU/1k",
+       "Solus entities/s", "p99 ms", "failed", "CPU/1k (HBase+Thrift)", "Solus / anchor"])
 print("| " + " | ".join(hdr) + " |")
-print("|" + "---|" * len(hdr))
+print("|" + "|".join("---" if i == 0 else "---:" for i in range(len(hdr))) + "|")
 for (op, b, rnd), s in runs.items():
     a, o = s["anchor"], s["solus"]
-    print(f"| {op} | {b:,} | {a[0]:,.0f} | {a[1]:.1f} | {a[2]} | {a[3] + a[4]:.3f} | {o[0]:,.0f} | {o[1]:.1f} | {o[2]} | "
+    print(f"| {works.get(op, op)} | {b:,} | " + (f"{rnd} | " if rounds else "")
+          + f"{a[0]:,.0f} | {a[1]:,.0f} | {a[3] + a[4]:.3f} | {o[0]:,.0f} | {o[1]:,.0f} | {a[2]} / {o[2]} | "
           f"{o[3] + o[4]:.3f} ({o[3]:.3f}+{o[4]:.3f}) | {o[0] / max(a[0], 1e-9):.2f}x |")
 '

@@ -5,8 +5,8 @@
 ensure_redis() {
     local missing=()
     command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
-    command -v redis-benchmark >/dev/null 2>&1 || missing+=(redis-tools)
-    command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+    # One package holds both tools: name it once.
+    { command -v redis-benchmark && command -v redis-cli; } >/dev/null 2>&1 || missing+=(redis-tools)
     command -v jq >/dev/null 2>&1 || missing+=(jq)
     [ ${#missing[@]} -eq 0 ] && return 0
     echo "installing Debian packages: ${missing[*]}" >&2

@@ -119,7 +119,8 @@ if [ -n "$bloom" ]; then
         bloom_note="RedisBloom left out: BF.RESERVE failed ($(tail -n 2 "$work/redis.log" | tr '\n' ' '))."
     fi
 fi
-redis_version=$(redis-server --version | awk '{ print $3 }')
+# `redis-server --version` prints "Redis server v=7.0.15 sha=...": keep the number.
+redis_version=$(redis-server --version | awk '{ sub(/^v=/, "", $3); print $3 }')
 
 # --- The table ---
 j() { jq -r "$1" "$work/$2.json"; }
