@@ -252,10 +252,11 @@ pub struct LimitsConfig {
     /// first attempt's answer. Default 300.
     pub request_id_window_seconds: u64,
     /// How long a record id (`record_ids`) whose entity was answered absent
-    /// is remembered, in seconds: a replay of that record within it is
-    /// answered absent again. Cover the longest a stream job may take to
-    /// replay a record (restart, rebalance, recovery from a checkpoint).
-    /// Default 3,600.
+    /// is remembered, in seconds, from its latest `AddIfAbsent`: a replay of
+    /// that record within it is answered absent again and remembered for
+    /// another window. Cover the longest time between two attempts of a
+    /// record (a stream job's restart, rebalance, recovery from a checkpoint,
+    /// an outage). Default 3,600.
     pub record_id_window_seconds: u64,
 }
 

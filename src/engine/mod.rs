@@ -877,16 +877,20 @@ impl Engine {
                 let mut absent = answer_of(&plan, entities.len(), cells, now);
                 resize::mask(&mut absent, &before);
                 if !record_ids.is_empty() {
-                    let firsts = records::first_occurrences(&entities, &record_ids, &absent);
                     let read = absent.clone();
                     let replays = records::apply_replays(&entities, &record_ids, &mut absent, |ids| {
                         store.recall_records(&d, ids, now)
                     })?;
                     replayed = absent.iter().zip(&read).map(|(&a, &r)| a && !r).collect();
-                    if !firsts.is_empty() {
-                        store.remember_records(&d, &firsts, now + record_window)?;
+                    // Replays are remembered again, from now: a job that keeps
+                    // failing before its next checkpoint replays the same
+                    // records for longer than one window after their first
+                    // attempt, and each replay must find its memory.
+                    let remember = records::first_occurrences(&entities, &record_ids, &absent);
+                    if !remember.is_empty() {
+                        store.remember_records(&d, &remember, now + record_window)?;
                     }
-                    crate::metrics::records(firsts.len(), replays);
+                    crate::metrics::records(remember.len() - replays, replays);
                 }
                 if let (Some(key), Some(digest)) = (&key, digest) {
                     let ours = Record {

@@ -2,7 +2,9 @@
 //! a record id whose entity was answered `absent` is remembered, before the
 //! entity's bits are written, for `limits.record_id_window_seconds`; when the
 //! same record id comes back with the same entity - in any request, batch or
-//! replica - it is answered `absent` again. That is what a stream processor
+//! replica - it is answered `absent` again, and (by `AddIfAbsent`) remembered
+//! for another window from then, so the window bounds the time between two
+//! attempts of a record, not between its first and its last. That is what a stream processor
 //! needs for a replay (a Kafka offset re-read after a task close, a Flink
 //! element replayed from a checkpoint): the replayed record's own earlier
 //! attempt set its bits, and without its id it would read `present` and be

@@ -50,6 +50,7 @@ macro_rules! backend_suite {
             request_id_repeats_get_the_first_answer,
             an_empty_request_id_is_no_request_id,
             record_ids_replay_gets_the_first_answer,
+            record_ids_replays_renew_their_memory,
             delete_deduper_refuses_active_then_removes_everything,
             stats_estimate_live_entities_and_fpr,
             stats_fall_to_zero_after_the_ttl,

@@ -92,3 +92,41 @@ pub async fn record_ids_replay_gets_the_first_answer(b: &TestBackend) {
     assert_eq!(crate::common::absent(&s, "c", "r", &refs).await, vec![true; 3]);
     s.stop().await;
 }
+
+/// A record replayed again and again (a job failing before each next
+/// checkpoint) keeps its memory: the window runs from its latest attempt.
+/// Found as: the memory lasted one window from the *first* attempt, so a
+/// replay after that read its own bits and was dropped.
+pub async fn record_ids_replays_renew_their_memory(b: &TestBackend) {
+    const WINDOW_S: u64 = 4;
+    let mut settings = b.settings.clone();
+    settings.limits.record_id_window_seconds = WINDOW_S;
+    let s = TestServer::start_with(settings).await;
+    s.admin()
+        .create_deduper(create_np("c", "r", 100_000, 0.001, 3600))
+        .await
+        .unwrap();
+    let (entities, ids) = batch("p0", 0..50);
+    assert_eq!(answer(&s, &entities, &ids).await, vec![true; 50]);
+    // The first attempt's memory ends by `first + WINDOW_S`.
+    let first = std::time::Instant::now();
+    tokio::time::sleep_until((first + std::time::Duration::from_secs(3)).into()).await;
+    assert_eq!(
+        answer(&s, &entities, &ids).await,
+        vec![true; 50],
+        "a replay within the window"
+    );
+    // Past the first window, within the replay's (renewed at >= first + 3 s).
+    tokio::time::sleep_until((first + std::time::Duration::from_millis(WINDOW_S * 1000 + 1500)).into()).await;
+    assert_eq!(
+        answer(&s, &entities, &ids).await,
+        vec![true; 50],
+        "a replay one window after the first attempt, within a window of the previous replay"
+    );
+    // A record whose last attempt is more than a window back is answered from its bits.
+    let (other, other_ids) = batch("p1", 100..110);
+    assert_eq!(answer(&s, &other, &other_ids).await, vec![true; 10]);
+    tokio::time::sleep(std::time::Duration::from_millis(WINDOW_S * 1000 + 1500)).await;
+    assert_eq!(answer(&s, &other, &other_ids).await, vec![false; 10], "past its window");
+    s.stop().await;
+}
