@@ -451,8 +451,11 @@ pub fn give_back(rows: &impl Rows, shards: &[u32], tokens: &[Token]) {
 /// set: a request that took it over answers from bits it read before its
 /// claim, which may predate this request's write. Refused because other
 /// slots moved, the release reads the cell and tries again, for up to half
-/// a lease (the slots stay this request's that long); a read that fails
-/// answers every row `false` (the safe side).
+/// a lease (the slots stay this request's that long); a read of the cell
+/// that fails is tried again within the same half lease (a blip of the
+/// guard row must not turn a round's new entities into "present"), and
+/// only when none succeeds are the rows not known released `false` (the
+/// safe side).
 pub fn release(rows: &impl Rows, shards: &[u32], claim: &Claim, timing: Timing) -> Vec<bool> {
     cleanup(|| {
         let mine = Slot::held(claim.token);
@@ -482,9 +485,24 @@ pub fn release(rows: &impl Rows, shards: &[u32], claim: &Claim, timing: Timing) 
             // Pause before the look, not between the look and the swap.
             std::thread::sleep(jittered(pause));
             pause = (pause * 2).min(MAX_PAUSE);
-            match rows.peek() {
-                Ok(now) => raw = now,
-                Err(_) => return vec![false; shards.len()],
+            loop {
+                match rows.peek() {
+                    Ok(now) => {
+                        raw = now;
+                        break;
+                    }
+                    Err(e) if Instant::now() >= until => {
+                        tracing::warn!(
+                            "AddIfAbsent release not confirmed for half the guard lease (reading the guard cell: \
+                             {e}): its rows answer present and are left to the lease"
+                        );
+                        return vec![false; shards.len()];
+                    }
+                    Err(_) => {
+                        std::thread::sleep(jittered(pause));
+                        pause = (pause * 2).min(MAX_PAUSE);
+                    }
+                }
             }
         }
     })

@@ -62,6 +62,8 @@ struct Table {
     drop_answers: AtomicUsize,
     land_late: std::sync::atomic::AtomicBool,
     late: Mutex<Vec<(Vec<u8>, Vec<u8>)>>,
+    /// The next this many reads of the guard cell answer an error.
+    fail_peeks: AtomicUsize,
 }
 
 impl Table {
@@ -115,6 +117,14 @@ impl Request<'_> {
 
 impl Rows for Request<'_> {
     fn peek(&self) -> Result<Vec<u8>, StorageError> {
+        if self
+            .table
+            .fail_peeks
+            .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(StorageError::Unavailable("guard row read failed".into()));
+        }
         let mut guard = self.table.guard.lock().unwrap();
         for (expected, new) in self.table.late.lock().unwrap().drain(..) {
             if *guard == expected {
@@ -543,4 +553,37 @@ fn a_claim_that_failed_and_never_landed_is_claimed_again() {
     assert_eq!(table.slots()[&0], Slot::held(claim.token));
     assert_eq!(release(&req, &[0], &claim, Timing::default()), vec![true]);
     assert!(table.none_held());
+}
+
+/// A release whose `checkAndPut` failed without landing, followed by a
+/// failed read of the guard cell (one RPC blip after another), reads again
+/// and releases: its rows' answers stand. Found in review: the first failed
+/// read answered every row "present", on an OK response, for entities no
+/// other request had sent.
+#[test]
+fn a_failed_read_during_a_release_is_tried_again() {
+    let table = Table::with_rows(2);
+    let (mut req, first) = Request::at(&table, vec![0, 1], vec![vec![1], vec![2]]);
+    let claim = claim(&mut req, &[0, 1], first, Timing::default()).unwrap();
+    table.drop_answers.store(1, SeqCst);
+    table.fail_peeks.store(2, SeqCst);
+    assert_eq!(release(&req, &[0, 1], &claim, Timing::default()), vec![true, true]);
+    assert!(table.none_held());
+    assert_eq!(table.fail_peeks.load(SeqCst), 0, "both failed reads were made");
+}
+
+/// Reads that keep failing for half a lease leave the rows "present" (the
+/// safe side: a taker may answer from bits read before this write).
+#[test]
+fn a_release_whose_reads_keep_failing_answers_present_after_half_a_lease() {
+    let timing = short(400);
+    let table = Table::with_rows(1);
+    let (mut req, first) = Request::at(&table, vec![0], vec![vec![1]]);
+    let claim = claim(&mut req, &[0], first, timing).unwrap();
+    table.drop_answers.store(1, SeqCst);
+    table.fail_peeks.store(usize::MAX, SeqCst);
+    let started = Instant::now();
+    assert_eq!(release(&req, &[0], &claim, timing), vec![false]);
+    assert!(started.elapsed() >= timing.lease / 2, "gave up early");
+    table.fail_peeks.store(0, SeqCst);
 }
