@@ -29,16 +29,19 @@ import org.apache.flink.util.InstantiationUtil;
  * DataStream<Order> unique = AsyncDataStream.orderedWait(orders,
  *     new SolusDedupFunction<>(settings, "orders",
  *         (SerializableFunction<Order, byte[]>) o -> o.id().getBytes(UTF_8),                 // entity
- *         o -> ByteBuffer.allocate(8).putLong(o.offset()).array()),                         // record id
+ *         o -> RecordId.ofSourcePosition(o.topic(), o.partition(), o.offset())),            // record id
  *     30, TimeUnit.SECONDS, 10_000);   // above the client's budget, 8 x (2 s + 1 s) = 24 s
  * }</pre>
  *
  * <p><b>Record id.</b> The second extractor gives each element a record id (0 to 128 bytes;
  * {@code null} or empty = none) that must be <em>stable across replays</em>: the same element
- * must give the same id every time Flink processes it, e.g. its source position (partition and
- * offset, the index of a sequence source) or an event id the producer assigned. Never a random
- * number, a processing time or a counter of this function. The server remembers a record id
- * answered "absent" for {@code limits.record_id_window_seconds} (3,600 s by default) and answers
+ * must give the same id every time Flink processes it, e.g. its source position
+ * ({@link dev.solus.client.RecordId#ofSourcePosition(String, int, long)}: topic, partition and
+ * offset; the index of a sequence source) or an event id the producer assigned. Never a random
+ * number, a processing time or a counter of this function, and never an offset alone: ids must be
+ * unique across every source of the deduper, and the same id with another entity takes the first
+ * record's memory over. The server remembers a record id answered "absent" for {@code
+ * limits.record_id_window_seconds} (3,600 s by default) from its latest attempt and answers
  * "absent" again when that id comes back with the same entity, whatever request it is in. So an
  * element replayed after a restart (from the source since the last checkpoint, or from the async
  * operator's own checkpointed queue) gets the answer of its first attempt, and, with an

@@ -49,8 +49,11 @@ import org.apache.kafka.streams.state.KeyValueStore;
  * the forwarded records and the input offsets commit in one transaction: every record whose id
  * is new comes out exactly once (a new id is dropped only as a Bloom filter false positive, at
  * most the deduper's rate), through any number of closes, crashes and rebalances that each
- * replay within the record-id window. With {@code at_least_once}, none is lost, but a record
- * forwarded before a crash and not committed comes out again. Records forwarded by this
+ * replay within the record-id window. With {@code at_least_once}, none is lost through closes,
+ * crashes and rebalances, and a record forwarded before a crash and not committed comes out again;
+ * but a commit whose output write fails while its changelog write (the records' deletions) lands
+ * loses the records forwarded in that interval, as the two topics are written without a
+ * transaction: use {@code exactly_once_v2} when no record may be lost. Records forwarded by this
  * processor are the records it received, unchanged.
  *
  * <p><b>Cost.</b> One store write and one delete per record (in memory by default; the store's
@@ -60,8 +63,8 @@ import org.apache.kafka.streams.state.KeyValueStore;
  *
  * <p><b>Limits.</b> The processor must receive records with a source position (not records
  * forwarded by an upstream punctuator: {@link StreamsException}); several records from one input
- * record (a {@code flatMap} upstream) get distinct ids by their index, which is stable only if
- * the upstream is deterministic. Records are forwarded on the stream thread only: the answered
+ * record (a {@code flatMap} upstream, or a cache flush that forwards them apart) get distinct ids
+ * by their index at that position, which is stable only if the upstream is deterministic. Records are forwarded on the stream thread only: the answered
  * head of the window on every {@code process} call and every {@code drainInterval} of wall-clock
  * time (which also sends a partly filled batch at once), and the whole window, waiting for its
  * answers, when {@code maxPending} records wait (backpressure). Nothing waits for answers at a
