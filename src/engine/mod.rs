@@ -748,8 +748,8 @@ impl Engine {
                 resize::absent_in_all(&*store, view.readers.iter(), &entities, now)?
             };
             if !record_ids.is_empty() {
-                let replays = records::apply_replays(&entities, &record_ids, &mut absent, |ids| {
-                    store.recall_records(&d, ids, now)
+                let replays = records::apply_replays(&entities, &record_ids, &mut absent, |asked| {
+                    store.recall_records(&d, asked, now)
                 })?;
                 crate::metrics::records(0, replays);
             }
@@ -878,8 +878,8 @@ impl Engine {
                 resize::mask(&mut absent, &before);
                 if !record_ids.is_empty() {
                     let read = absent.clone();
-                    let replays = records::apply_replays(&entities, &record_ids, &mut absent, |ids| {
-                        store.recall_records(&d, ids, now)
+                    let replays = records::apply_replays(&entities, &record_ids, &mut absent, |asked| {
+                        store.recall_records(&d, asked, now)
                     })?;
                     replayed = absent.iter().zip(&read).map(|(&a, &r)| a && !r).collect();
                     // Replays are remembered again, from now: a job that keeps

@@ -13,7 +13,9 @@
 //! Only `absent` answers are remembered: a `present` answer stays present on
 //! a replay by itself (bits only rise until they expire). A replay is
 //! recognised by the id *and* the entity's fingerprint, so an id reused for
-//! another entity is a new record.
+//! another entity is a new record, remembered beside the first: a client
+//! whose ids collide (a Kafka offset without its partition) loses no
+//! record's replay to the other's.
 //!
 //! Ordering, so that no replay can miss its memory: the record is durable
 //! before the bits are written, and a request reads the records of the
@@ -71,30 +73,33 @@ pub fn with_ids(record_ids: &[impl AsRef<[u8]>]) -> Vec<usize> {
 
 /// Turns `absent` (from the bits) into the answer a replay must get: an
 /// entity read present whose record id was remembered with its fingerprint
-/// is absent again. `recall(ids)` reads the remembered fingerprints. Returns
-/// how many answers it changed.
+/// is absent again. `recall(records)` says which `(id, fingerprint)` pairs
+/// are remembered. Returns how many answers it changed.
 pub fn apply_replays<E: AsRef<[u8]>, R: AsRef<[u8]>>(
     entities: &[E],
     record_ids: &[R],
     absent: &mut [bool],
-    recall: impl FnOnce(&[&[u8]]) -> Result<Vec<Option<RecordFingerprint>>, StorageError>,
+    recall: impl FnOnce(&[(&[u8], RecordFingerprint)]) -> Result<Vec<bool>, StorageError>,
 ) -> Result<usize, StorageError> {
     let present: Vec<usize> = with_ids(record_ids).into_iter().filter(|&i| !absent[i]).collect();
     if present.is_empty() {
         return Ok(0);
     }
-    let ids: Vec<&[u8]> = present.iter().map(|&i| record_ids[i].as_ref()).collect();
-    let remembered = recall(&ids)?;
-    if remembered.len() != ids.len() {
+    let asked: Vec<(&[u8], RecordFingerprint)> = present
+        .iter()
+        .map(|&i| (record_ids[i].as_ref(), fingerprint(entities[i].as_ref())))
+        .collect();
+    let remembered = recall(&asked)?;
+    if remembered.len() != asked.len() {
         return Err(StorageError::Corrupt(format!(
             "storage answered {} records for {} record ids",
             remembered.len(),
-            ids.len()
+            asked.len()
         )));
     }
     let mut replays = 0;
-    for (&i, fp) in present.iter().zip(remembered) {
-        if fp == Some(fingerprint(entities[i].as_ref())) {
+    for (&i, known) in present.iter().zip(remembered) {
+        if known {
             absent[i] = true;
             replays += 1;
         }
@@ -138,13 +143,19 @@ mod tests {
         let ids = [b"1".as_slice(), b"2", b"", b"4"];
         let mut absent = [false, false, false, true];
         let mut asked = Vec::new();
-        let changed = apply_replays(&entities, &ids, &mut absent, |ids| {
-            asked = ids.iter().map(|i| i.to_vec()).collect();
-            // "1" remembered for x (a replay), "2" remembered for another entity.
-            Ok(vec![Some(fingerprint(b"x")), Some(fingerprint(b"other"))])
+        let changed = apply_replays(&entities, &ids, &mut absent, |records| {
+            asked = records.iter().map(|(i, fp)| (i.to_vec(), *fp)).collect();
+            // "1" remembered for x (a replay), "2" only for another entity.
+            Ok(records
+                .iter()
+                .map(|r| *r == (b"1".as_slice(), fingerprint(b"x")))
+                .collect())
         })
         .unwrap();
-        assert_eq!(asked, vec![b"1".to_vec(), b"2".to_vec()]);
+        assert_eq!(
+            asked,
+            vec![(b"1".to_vec(), fingerprint(b"x")), (b"2".to_vec(), fingerprint(b"y"))]
+        );
         assert_eq!(changed, 1);
         assert_eq!(absent, [true, false, false, true]);
         let firsts = first_occurrences(&entities, &ids, &absent);

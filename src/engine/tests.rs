@@ -14,7 +14,7 @@ struct CountingStore {
     calls: Mutex<Vec<&'static str>>,
     dedupers: Mutex<HashMap<(String, String), Deduper>>,
     requests: Mutex<HashMap<RequestKey, Vec<u8>>>,
-    records: Mutex<HashMap<Vec<u8>, (i64, u64)>>,
+    records: Mutex<HashMap<(Vec<u8>, u64), i64>>,
     /// Refuse remembering records as over budget from now on.
     records_full: AtomicBool,
     /// Writes to fail from now on (a fault between the read and the write).
@@ -113,16 +113,17 @@ impl Store for CountingStore {
         }
         let mut map = self.records.lock().unwrap();
         for (id, fp) in records {
-            map.insert(id.to_vec(), (expire_ms, *fp));
+            let e = map.entry((id.to_vec(), *fp)).or_insert(expire_ms);
+            *e = (*e).max(expire_ms);
         }
         Ok(())
     }
-    fn recall_records(&self, _: &Deduper, ids: &[&[u8]], now_ms: i64) -> Result<Vec<Option<u64>>, StorageError> {
+    fn recall_records(&self, _: &Deduper, records: &[(&[u8], u64)], now_ms: i64) -> Result<Vec<bool>, StorageError> {
         self.calls.lock().unwrap().push("recall_records");
         let map = self.records.lock().unwrap();
-        Ok(ids
+        Ok(records
             .iter()
-            .map(|id| map.get(*id).filter(|(e, _)| *e >= now_ms).map(|(_, fp)| *fp))
+            .map(|(id, fp)| map.get(&(id.to_vec(), *fp)).is_some_and(|e| *e >= now_ms))
             .collect())
     }
     fn get_deduper(&self, c: &str, n: &str) -> Result<Option<Deduper>, StorageError> {

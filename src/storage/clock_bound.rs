@@ -320,11 +320,11 @@ impl Store for ClockBoundStore {
     fn recall_records(
         &self,
         deduper: &Deduper,
-        ids: &[&[u8]],
+        records: &[(&[u8], RecordFingerprint)],
         now_ms: i64,
-    ) -> Result<Vec<Option<RecordFingerprint>>, StorageError> {
+    ) -> Result<Vec<bool>, StorageError> {
         self.may_judge_expiry()?;
-        self.inner.recall_records(deduper, ids, now_ms)
+        self.inner.recall_records(deduper, records, now_ms)
     }
 
     fn records_held(&self) -> Option<u64> {
@@ -441,10 +441,10 @@ mod tests {
         fn recall_records(
             &self,
             _: &Deduper,
-            ids: &[&[u8]],
+            records: &[(&[u8], RecordFingerprint)],
             _: i64,
-        ) -> Result<Vec<Option<RecordFingerprint>>, StorageError> {
-            Ok(vec![None; ids.len()])
+        ) -> Result<Vec<bool>, StorageError> {
+            Ok(vec![false; records.len()])
         }
         fn clock_offset(&self) -> Result<Option<ClockOffset>, StorageError> {
             let gate = self.gate.lock().unwrap().take();

@@ -165,10 +165,10 @@ impl Store for MeteredStore {
     fn recall_records(
         &self,
         deduper: &Deduper,
-        ids: &[&[u8]],
+        records: &[(&[u8], RecordFingerprint)],
         now_ms: i64,
-    ) -> Result<Vec<Option<RecordFingerprint>>, StorageError> {
-        Self::timed("recall_records", || self.inner.recall_records(deduper, ids, now_ms))
+    ) -> Result<Vec<bool>, StorageError> {
+        Self::timed("recall_records", || self.inner.recall_records(deduper, records, now_ms))
     }
 
     fn records_held(&self) -> Option<u64> {

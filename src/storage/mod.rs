@@ -274,8 +274,10 @@ pub trait Store: Send + Sync + 'static {
     fn recall_request(&self, key: &RequestKey) -> Result<Option<Vec<u8>>, StorageError>;
 
     /// Remembers record ids of `deduper` until `expire_ms` (ms since the
-    /// Unix epoch), each with its entity's fingerprint, replacing what an id
-    /// held before; one storage round trip where the backend allows. Durable
+    /// Unix epoch), each with its entity's fingerprint: a pair remembered
+    /// before gets the later of the two expiries; an id sent with another
+    /// entity is remembered beside it (a colliding id loses no record); one
+    /// storage round trip where the backend allows. Durable
     /// and visible to every replica sharing the storage on return (the
     /// engine writes the bits only after). Errors: `Unavailable`; `Capacity`
     /// when the backend's bound on remembered records is reached (nothing
@@ -287,15 +289,15 @@ pub trait Store: Send + Sync + 'static {
         expire_ms: i64,
     ) -> Result<(), StorageError>;
 
-    /// The fingerprints remembered for `ids` of `deduper` and not expired
-    /// at `now_ms`, one per id in order (`None`: not remembered). Errors:
-    /// `Unavailable`, `Corrupt`.
+    /// Whether each `(record id, fingerprint)` of `records` is remembered
+    /// for `deduper` and not expired at `now_ms`, one per record in order.
+    /// Errors: `Unavailable`, `Corrupt`.
     fn recall_records(
         &self,
         deduper: &Deduper,
-        ids: &[&[u8]],
+        records: &[(&[u8], RecordFingerprint)],
         now_ms: i64,
-    ) -> Result<Vec<Option<RecordFingerprint>>, StorageError>;
+    ) -> Result<Vec<bool>, StorageError>;
 
     /// Records the backend holds in memory now, when it keeps them there
     /// (the embedded store), for the `solus_records_held` gauge.

@@ -4,6 +4,7 @@
 mod calls;
 mod failures;
 mod faults;
+mod records;
 mod ttl;
 
 pub use crate::common::connect_raw as raw_client;

@@ -51,6 +51,7 @@ macro_rules! backend_suite {
             an_empty_request_id_is_no_request_id,
             record_ids_replay_gets_the_first_answer,
             record_ids_replays_renew_their_memory,
+            a_record_id_sent_with_two_entities_keeps_both_replays,
             delete_deduper_refuses_active_then_removes_everything,
             stats_estimate_live_entities_and_fpr,
             stats_fall_to_zero_after_the_ttl,

@@ -130,3 +130,30 @@ pub async fn record_ids_replays_renew_their_memory(b: &TestBackend) {
     assert_eq!(answer(&s, &other, &other_ids).await, vec![false; 10], "past its window");
     s.stop().await;
 }
+
+/// Two records that share an id (a client sending a Kafka offset without its
+/// partition) are two records: each one's replay gets its first answer.
+/// Found in review: the second replaced the first's memory, and the first's
+/// replay was dropped as a duplicate of itself.
+pub async fn a_record_id_sent_with_two_entities_keeps_both_replays(b: &TestBackend) {
+    let s = TestServer::start(b).await;
+    s.admin()
+        .create_deduper(create_np("c", "r", 100_000, 0.001, 3600))
+        .await
+        .unwrap();
+    let id = vec!["offset-100".to_string()];
+    let (first, second) = (vec!["p0-event".to_string()], vec!["p1-event".to_string()]);
+    assert_eq!(answer(&s, &first, &id).await, vec![true]);
+    assert_eq!(answer(&s, &second, &id).await, vec![true]);
+    assert_eq!(answer(&s, &first, &id).await, vec![true], "the first record's replay");
+    assert_eq!(answer(&s, &second, &id).await, vec![true], "the second record's replay");
+    // Both in one request, as a replayed batch would send them.
+    let both = vec![first[0].clone(), second[0].clone()];
+    assert_eq!(
+        answer(&s, &both, &[id[0].clone(), id[0].clone()]).await,
+        vec![true, true]
+    );
+    // Another record of the same entity is still a duplicate.
+    assert_eq!(answer(&s, &first, &["offset-7".to_string()]).await, vec![false]);
+    s.stop().await;
+}

@@ -963,11 +963,11 @@ impl Store for EmbeddedStore {
     fn recall_records(
         &self,
         deduper: &Deduper,
-        ids: &[&[u8]],
+        records: &[(&[u8], RecordFingerprint)],
         now_ms: i64,
-    ) -> Result<Vec<Option<RecordFingerprint>>, StorageError> {
+    ) -> Result<Vec<bool>, StorageError> {
         let key = codec::deduper_key(&deduper.client_id, &deduper.name);
-        Ok(self.inner.records.recall(&key, ids, now_ms))
+        Ok(self.inner.records.recall(&key, records, now_ms))
     }
 
     fn records_held(&self) -> Option<u64> {

@@ -3,8 +3,8 @@
 //! restart.
 //!
 //! In memory, one map per deduper from a 128-bit hash of the record id
-//! (murmur3 x64-128, seed 0) to its expiry time and its entity's
-//! fingerprint: [`ENTRY_BYTES`] per record, counted against
+//! (murmur3 x64-128, seed 0) and its entity's fingerprint to its expiry
+//! time (an id sent with two entities is two records): [`ENTRY_BYTES`] per record, counted against
 //! `storage.embedded.max_record_memory_mib`. A record id is never kept
 //! itself, so its length costs nothing; two ids collide with probability
 //! about 2^-128 per pair.
@@ -32,7 +32,7 @@ pub const ENTRY_BYTES: u64 = 48;
 /// Bytes of one record in a stored batch: id hash and fingerprint.
 const RECORD_BYTES: usize = 24;
 
-type Map = HashMap<u128, (i64, RecordFingerprint)>;
+type Map = HashMap<(u128, RecordFingerprint), i64>;
 
 /// One deduper's records, and the disk keys of its batches with their expiry.
 #[derive(Default)]
@@ -131,17 +131,16 @@ impl Records {
         }
     }
 
-    /// The unexpired fingerprints of `ids` at `now_ms`, in order.
-    pub fn recall(&self, deduper_key: &[u8], ids: &[&[u8]], now_ms: i64) -> Vec<Option<RecordFingerprint>> {
+    /// Whether each `(id, fingerprint)` of `records` is remembered and
+    /// unexpired at `now_ms`, in order.
+    pub fn recall(&self, deduper_key: &[u8], records: &[(&[u8], RecordFingerprint)], now_ms: i64) -> Vec<bool> {
         let state = self.state();
         let Some(d) = state.dedupers.get(deduper_key) else {
-            return vec![None; ids.len()];
+            return vec![false; records.len()];
         };
-        ids.iter()
-            .map(|id| match d.map.get(&id_hash(id)) {
-                Some(&(expire, fp)) if expire >= now_ms => Some(fp),
-                _ => None,
-            })
+        records
+            .iter()
+            .map(|&(id, fp)| d.map.get(&(id_hash(id), fp)).is_some_and(|&expire| expire >= now_ms))
             .collect()
     }
 
@@ -197,15 +196,14 @@ impl Records {
     }
 
     /// Inserts records (a later expiry wins over an earlier one); returns
-    /// how many ids were new.
+    /// how many (id, fingerprint) pairs were new.
     fn insert(map: &mut Map, entries: impl Iterator<Item = (u128, RecordFingerprint)>, expire_ms: i64) -> u64 {
         let mut added = 0;
-        for (h, fp) in entries {
-            match map.get_mut(&h) {
-                Some(slot) if slot.0 > expire_ms => {}
-                Some(slot) => *slot = (expire_ms, fp),
+        for key in entries {
+            match map.get_mut(&key) {
+                Some(slot) => *slot = (*slot).max(expire_ms),
                 None => {
-                    map.insert(h, (expire_ms, fp));
+                    map.insert(key, expire_ms);
                     added += 1;
                 }
             }
@@ -248,7 +246,7 @@ impl Records {
         let mut forgotten = 0u64;
         for d in state.dedupers.values_mut() {
             let before = d.map.len();
-            d.map.retain(|_, &mut (expire, _)| expire >= now_ms);
+            d.map.retain(|_, &mut expire| expire >= now_ms);
             forgotten += (before - d.map.len()) as u64;
             d.batches.retain_mut(|(expire, key)| {
                 let keep = *expire >= now_ms;
@@ -294,30 +292,38 @@ mod tests {
         .unwrap();
         assert_eq!(written.len(), 1, "one disk entry per batch");
         assert_eq!(written[0].1.len(), 2 * RECORD_BYTES);
-        assert_eq!(r.recall(D, &[b"a", b"b", b"c"], 100), vec![Some(1), Some(2), None]);
-        assert_eq!(r.recall(D, &[b"a"], 101), vec![None]);
-        assert_eq!(r.recall(b"c\0other", &[b"a"], 0), vec![None]);
-        // A replaced id does not count twice.
-        r.remember(D, &[(b"a", 9)], 150, 0, |_, _| Ok(())).unwrap();
+        assert_eq!(
+            r.recall(D, &[(b"a", 1), (b"b", 2), (b"b", 1), (b"c", 3)], 100),
+            vec![true, true, false, false]
+        );
+        assert_eq!(r.recall(D, &[(b"a", 1)], 101), vec![false]);
+        assert_eq!(r.recall(b"c\0other", &[(b"a", 1)], 0), vec![false]);
+        // Remembered again later: one record, the later expiry.
+        r.remember(D, &[(b"a", 1)], 150, 0, |_, _| Ok(())).unwrap();
         assert_eq!(r.count(), 2);
-        assert_eq!(r.recall(D, &[b"a"], 120), vec![Some(9)]);
-        let full = r
-            .remember(D, &[(b"c", 3), (b"d", 4)], 100, 0, |_, _| Ok(()))
-            .unwrap_err();
+        assert_eq!(r.recall(D, &[(b"a", 1)], 120), vec![true]);
+        // The same id with another entity is another record: both are recalled.
+        r.remember(D, &[(b"a", 9)], 150, 0, |_, _| Ok(())).unwrap();
+        assert_eq!(r.count(), 3);
+        assert_eq!(r.recall(D, &[(b"a", 1), (b"a", 9)], 120), vec![true, true]);
+        let full = r.remember(D, &[(b"c", 3)], 100, 0, |_, _| Ok(())).unwrap_err();
         assert!(
             matches!(full, StorageError::Capacity(ref m) if m.contains("max_record_memory_mib")),
             "{full}"
         );
-        assert_eq!(r.recall(D, &[b"c"], 0), vec![None]);
-        // At 120 the first batch expired: "b" is forgotten, "a" lives on in the second.
+        assert_eq!(r.recall(D, &[(b"c", 3)], 0), vec![false]);
+        // Past 100 the first batch expired: "b" is forgotten, both "a" live on in later ones.
         assert_eq!(r.sweep(120), vec![written[0].0.clone()]);
-        assert_eq!(r.count(), 1);
-        assert_eq!(r.recall(D, &[b"a", b"b"], 120), vec![Some(9), None]);
-        // Room again; "a" (expired at 150) is held until a sweep needs or takes it.
-        r.remember(D, &[(b"c", 3), (b"d", 4)], 300, 200, |_, _| Ok(())).unwrap();
+        assert_eq!(r.count(), 2);
+        assert_eq!(
+            r.recall(D, &[(b"a", 1), (b"a", 9), (b"b", 2)], 120),
+            vec![true, true, false]
+        );
+        // Room again; the "a"s (expired at 150) are held until a sweep needs or takes them.
+        r.remember(D, &[(b"c", 3)], 300, 200, |_, _| Ok(())).unwrap();
         assert_eq!(r.count(), 3);
-        assert_eq!(r.recall(D, &[b"a", b"c"], 200), vec![None, Some(3)]);
-        assert_eq!(r.sweep(301).len(), 2, "the batch of \"a\" and the last one");
+        assert_eq!(r.recall(D, &[(b"a", 1), (b"c", 3)], 200), vec![false, true]);
+        assert_eq!(r.sweep(301).len(), 3, "the batches of the \"a\"s and the last one");
         assert_eq!(r.count(), 0);
     }
 
@@ -328,7 +334,7 @@ mod tests {
             Err(StorageError::Unavailable("disk full".into()))
         });
         assert!(failed.is_err());
-        assert_eq!(r.recall(D, &[b"a"], 0), vec![None]);
+        assert_eq!(r.recall(D, &[(b"a", 1)], 0), vec![false]);
         let mut disk = Vec::new();
         r.remember(D, &[(b"a", 7), (b"b", 8)], 100, 0, |k, v| {
             disk.push((k.to_vec(), v.to_vec()));
@@ -347,11 +353,14 @@ mod tests {
             0,
             "expired batches are not loaded"
         );
-        assert_eq!(loaded.recall(D, &[b"a", b"b", b"c"], 50), vec![Some(7), Some(8), None]);
+        assert_eq!(
+            loaded.recall(D, &[(b"a", 7), (b"b", 8), (b"c", 5), (b"a", 8)], 50),
+            vec![true, true, false, false]
+        );
         // ...but are deleted from disk by the next sweep.
         assert_eq!(loaded.sweep(50), vec![disk[1].0.clone()]);
         loaded.forget_deduper(D);
         assert_eq!(loaded.count(), 0);
-        assert_eq!(loaded.recall(D, &[b"a"], 50), vec![None]);
+        assert_eq!(loaded.recall(D, &[(b"a", 7)], 50), vec![false]);
     }
 }

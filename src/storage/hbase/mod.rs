@@ -745,10 +745,10 @@ impl Store for HbaseStore {
     fn recall_records(
         &self,
         deduper: &Deduper,
-        ids: &[&[u8]],
+        records: &[(&[u8], RecordFingerprint)],
         now_ms: i64,
-    ) -> Result<Vec<Option<RecordFingerprint>>, StorageError> {
-        records::recall(&self.pool, deduper, ids, now_ms, self.config.max_request_bytes)
+    ) -> Result<Vec<bool>, StorageError> {
+        records::recall(&self.pool, deduper, records, now_ms, self.config.max_request_bytes)
     }
 
     /// The data table (`storage.table`, or `<table>_<farm>` for DC level).

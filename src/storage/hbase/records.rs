@@ -1,14 +1,18 @@
 //! Remembered record ids on HBase (see `engine::records`): one row per
-//! record in the client's meta table `<client_id>_dedupers`, row key
-//! [`codec::record_row_key`], one cell `C:rec` = expiry time (8 bytes BE,
-//! ms since the Unix epoch) then the entity's fingerprint (8 bytes BE),
-//! written with a cell TTL a minute past the expiry so HBase drops the row
-//! by itself. One cell of about 70 bytes plus the id in hex per record.
+//! record id in the client's meta table `<client_id>_dedupers`, row key
+//! [`codec::record_row_key`], one cell per entity the id was sent with,
+//! `C:rec#<fingerprint, 16 hex digits>` = expiry time (8 bytes BE, ms since
+//! the Unix epoch) then the entity's fingerprint (8 bytes BE), written with
+//! a cell TTL a minute past the expiry so HBase drops it by itself. One cell
+//! of about 90 bytes plus the id in hex per record. Versions before
+//! 2026-12-06 wrote one `C:rec` cell per id (the same value), so an id sent
+//! with a second entity replaced the first's: both are read.
 //!
 //! Writes are plain puts (`mutateRows`, idempotent, split under
 //! `max_request_bytes`): two attempts of one record that race both answered
 //! absent and both write the same value, so no compare-and-set is needed.
-//! Reads are one `getRowsWithColumns` per split asking only `C:rec`.
+//! Reads are one `getRowsWithColumns` per split asking for family `C` (a
+//! record row holds only these narrow cells).
 
 use std::collections::HashMap;
 
@@ -52,7 +56,6 @@ pub fn remember(
     max_bytes: u64,
 ) -> Result<(), StorageError> {
     let table = layout::meta_table(&d.client_id);
-    let col = codec::column(layout::META_FAMILY, meta_col::RECORD);
     let ttl = codec::ttl_attributes((expire_ms - now_ms).max(0).saturating_add(60_000));
     let rows: Vec<(Vec<u8>, RecordFingerprint)> = records
         .iter()
@@ -64,7 +67,7 @@ pub fn remember(
             .map(|(row, fp)| {
                 let mut value = expire_ms.to_be_bytes().to_vec();
                 value.extend_from_slice(&fp.to_be_bytes());
-                BatchMutation::new(row, vec![codec::put(col.clone(), value)])
+                BatchMutation::new(row, vec![codec::put(column(fp), value)])
             })
             .collect();
         pool.call(Retry::Idempotent, |c| {
@@ -75,48 +78,67 @@ pub fn remember(
     Ok(())
 }
 
-/// The unexpired fingerprints of `ids`, in order.
+/// The column of the record of one entity: `C:rec#<fingerprint in hex>`.
+fn column(fp: RecordFingerprint) -> Vec<u8> {
+    codec::column(layout::META_FAMILY, &format!("{}#{fp:016x}", meta_col::RECORD))
+}
+
+/// Whether each `(id, fingerprint)` of `records` is remembered and
+/// unexpired at `now_ms`, in order: a `C:rec#...` cell (or an earlier
+/// version's `C:rec`) of the id's row holding that fingerprint.
 pub fn recall(
     pool: &Pool,
     d: &Deduper,
-    ids: &[&[u8]],
+    records: &[(&[u8], RecordFingerprint)],
     now_ms: i64,
     max_bytes: u64,
-) -> Result<Vec<Option<RecordFingerprint>>, StorageError> {
+) -> Result<Vec<bool>, StorageError> {
     let table = layout::meta_table(&d.client_id);
-    let col = codec::column(layout::META_FAMILY, meta_col::RECORD);
-    let rows: Vec<(Vec<u8>, usize)> = ids
-        .iter()
-        .enumerate()
-        .map(|(i, id)| (codec::record_row_key(&d.client_id, &d.name, id), i))
-        .collect();
-    let mut out = vec![None; ids.len()];
-    for split in splits(rows, max_bytes) {
-        let (keys, slots): (Vec<Vec<u8>>, Vec<usize>) = split.into_iter().unzip();
+    let family = layout::META_FAMILY.as_bytes().to_vec();
+    let legacy = codec::column(layout::META_FAMILY, meta_col::RECORD);
+    let prefix = [legacy.as_slice(), b"#"].concat();
+    // One row per distinct id; each asked record's index under its row.
+    let mut wanted: HashMap<Vec<u8>, Vec<usize>> = HashMap::new();
+    for (i, (id, _)) in records.iter().enumerate() {
+        wanted
+            .entry(codec::record_row_key(&d.client_id, &d.name, id))
+            .or_default()
+            .push(i);
+    }
+    let mut out = vec![false; records.len()];
+    for split in splits(wanted.into_iter().collect(), max_bytes) {
+        let (keys, slots): (Vec<Vec<u8>>, Vec<Vec<usize>>) = split.into_iter().unzip();
         // Borrowed: the keys are copied only into the call (once per attempt).
-        let index: HashMap<&[u8], usize> = keys.iter().map(Vec::as_slice).zip(slots).collect();
+        let index: HashMap<&[u8], &Vec<usize>> = keys.iter().map(Vec::as_slice).zip(&slots).collect();
         let results = pool
             .call(Retry::Idempotent, |c| {
                 c.get_rows_with_columns(
                     table.clone().into_bytes(),
                     keys.clone(),
-                    vec![col.clone()],
+                    vec![family.clone()],
                     Attributes::new(),
                 )
             })
             .map_err(|e| e.into_storage(&format!("getRowsWithColumns {table} (record ids)")))?;
         for r in results {
-            let (Some(row), Some(mut cols)) = (r.row, r.columns) else {
+            let (Some(row), Some(cols)) = (r.row, r.columns) else {
                 continue;
             };
-            let (Some(&i), Some(value)) = (index.get(row.as_slice()), cols.remove(&col).and_then(|c| c.value)) else {
+            let Some(asked) = index.get(row.as_slice()) else {
                 continue;
             };
-            let bad = || StorageError::Corrupt(format!("record id cell of {} bytes in {table}", value.len()));
-            let expire = i64::from_be_bytes(value.get(..8).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
-            let fp = u64::from_be_bytes(value.get(8..16).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
-            if expire >= now_ms {
-                out[i] = Some(fp);
+            for (name, cell) in cols {
+                let (true, Some(value)) = (name == legacy || name.starts_with(&prefix), cell.value) else {
+                    continue;
+                };
+                let bad = || StorageError::Corrupt(format!("record id cell of {} bytes in {table}", value.len()));
+                let expire = i64::from_be_bytes(value.get(..8).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
+                let fp = u64::from_be_bytes(value.get(8..16).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
+                if expire >= now_ms {
+                    for &i in asked.iter() {
+                        out[i] |= records[i].1 == fp;
+                    }
+                }
             }
         }
     }

@@ -11,9 +11,9 @@ import java.util.Objects;
  *
  * <p>A record id must be unique among all records that reach one deduper within the server's
  * {@code limits.record_id_window_seconds}. A Kafka offset alone is not: every partition (and topic)
- * has its own offset 100, and the same id sent with another entity takes the first record's memory
- * over, so a replay of the first record would then be dropped as a duplicate of itself. The topic,
- * the partition and the offset together are unique.
+ * has its own offset 100, and a duplicate arriving under the id of the record it duplicates is
+ * taken for that record's replay and passes as new. The topic, the partition and the offset
+ * together are unique.
  *
  * <p>Encoding (shared with {@code solus-kafka-streams}): the topic's UTF-8 bytes, one {@code 0x00}
  * byte, the partition as 4 bytes big-endian, the offset as 8 bytes big-endian (and an index, 4

@@ -39,8 +39,8 @@ import org.apache.flink.util.InstantiationUtil;
  * ({@link dev.solus.client.RecordId#ofSourcePosition(String, int, long)}: topic, partition and
  * offset; the index of a sequence source) or an event id the producer assigned. Never a random
  * number, a processing time or a counter of this function, and never an offset alone: ids must be
- * unique across every source of the deduper, and the same id with another entity takes the first
- * record's memory over. The server remembers a record id answered "absent" for {@code
+ * unique across every source of the deduper (a duplicate under the first record's id is taken for
+ * its replay and passes as new). The server remembers a record id answered "absent" for {@code
  * limits.record_id_window_seconds} (3,600 s by default) from its latest attempt and answers
  * "absent" again when that id comes back with the same entity, whatever request it is in. So an
  * element replayed after a restart (from the source since the last checkpoint, or from the async
