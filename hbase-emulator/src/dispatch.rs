@@ -94,6 +94,9 @@ impl Dispatcher {
         if !latency.is_zero() {
             thread::sleep(latency);
         }
+        if let Some(delay) = self.faults.take_delay(&call) {
+            thread::sleep(delay);
+        }
         // The generated processor would leave an unknown call's arguments
         // unread and desynchronise the stream; answer it here instead.
         if !CALLS.contains(&call.as_str()) {

@@ -23,6 +23,8 @@ pub(crate) struct Faults {
     fail_next: AtomicU64,
     /// Pending failures of one named call each (`fail_calls`).
     fail_named: Mutex<BTreeMap<String, u64>>,
+    /// Pending delays of one named call each (`delay_calls`): how many, how long.
+    delay_named: Mutex<BTreeMap<String, (u64, Duration)>>,
     /// While set, every call on rows answers an `IOError` with this
     /// message (`deny_row_access_with`).
     deny_rows: Mutex<Option<String>>,
@@ -58,6 +60,24 @@ impl Faults {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(method.to_owned(), n);
+    }
+
+    /// The next `n` calls of `method` wait `delay` before they are served
+    /// (replacing any such delays still pending).
+    pub fn delay_calls(&self, method: &str, n: u64, delay: Duration) {
+        self.delay_named
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(method.to_owned(), (n, delay));
+    }
+
+    /// Consumes one pending delay of `method`, if any.
+    pub fn take_delay(&self, method: &str) -> Option<Duration> {
+        let mut named = self.delay_named.lock().unwrap_or_else(PoisonError::into_inner);
+        let (n, delay) = named.get_mut(method)?;
+        let left = n.checked_sub(1)?;
+        *n = left;
+        Some(*delay)
     }
 
     /// While `message` is `Some`, every call on rows (all but the

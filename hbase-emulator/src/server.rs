@@ -277,6 +277,13 @@ impl EmulatorHandle {
         self.faults.fail_calls(method, n);
     }
 
+    /// The next `n` calls of `method` wait `delay` before they are served
+    /// (the call's effect comes after it): to land one replica's call
+    /// after another replica's.
+    pub fn delay_calls(&self, method: &str, n: u64, delay: Duration) {
+        self.faults.delay_calls(method, n, delay);
+    }
+
     /// While `message` is `Some`, every call that reads or writes rows
     /// answers an `IOError` with that message and `canRetry` false; the
     /// schema calls (`getTableNames`, `getColumnDescriptors`, ...) still

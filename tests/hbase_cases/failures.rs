@@ -283,3 +283,56 @@ async fn abandoned_requests_do_not_starve_the_next_one() {
     );
     b.emulator().set_latency(Duration::ZERO);
 }
+
+/// A create that races a delete of its namesake on another replica: the
+/// delete runs between the create's tombstone check and its claim (here the
+/// claim's `checkAndPut` is held back 1.5 s). Found in an adversarial review:
+/// the create succeeded on the emptied row, and every bit of the new deduper
+/// was hidden by the delete's markers - acknowledged adds read absent. Now
+/// the create finds the tombstone once it holds the claim and refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_racing_a_delete_of_its_namesake_refuses_instead_of_hiding_its_bits() {
+    let b = TestBackend::hbase();
+    let (x, y) = (TestServer::start(&b).await, TestServer::start(&b).await);
+    x.admin()
+        .create_deduper(create_np("c", "d", 10_000, 0.01, 600))
+        .await
+        .unwrap();
+    x.admin()
+        .update_deduper(pb::UpdateDeduperRequest {
+            client_id: "c".into(),
+            name: "d".into(),
+            active: Some(false),
+            expiry_seconds: None,
+            expected_insertions: None,
+            false_positive_rate: None,
+        })
+        .await
+        .unwrap();
+    b.emulator().delay_calls("checkAndPut", 1, Duration::from_millis(1500));
+    let mut y_admin = y.admin();
+    let create = tokio::spawn(async move { y_admin.create_deduper(create_np("c", "d", 10_000, 0.01, 60)).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let delete = pb::DeleteDeduperRequest {
+        client_id: "c".into(),
+        name: "d".into(),
+        force: false,
+    };
+    x.admin().delete_deduper(delete).await.unwrap();
+    match create.await.unwrap() {
+        Err(e) => {
+            assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());
+            assert!(e.message().contains("deleted recently"), "{}", e.message());
+        }
+        Ok(_) => {
+            // Had it been created, its adds must be found.
+            let items = vec!["after-create".to_string()];
+            y.data().add_if_absent(aia("d", &items, b"r-race")).await.unwrap();
+            assert_eq!(
+                absent(&y, "c", "d", &["after-create"]).await,
+                [false],
+                "an acknowledged add reads absent: its bits are hidden by the delete's markers"
+            );
+        }
+    }
+}

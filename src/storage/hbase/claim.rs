@@ -126,13 +126,15 @@ impl MetaRow<'_> {
         ))
     }
 
-    /// Steps 4 and 5 with our `token` in `C:claim`.
-    fn write_and_commit(&self, token: &[u8]) -> Result<(), StorageError> {
+    /// Steps 4 and 5 with our `token` in `C:claim`; `before_config` runs
+    /// first (an error leaves the claim to be taken over, nothing written).
+    fn write_and_commit(&self, token: &[u8], before_config: BeforeConfig<'_>) -> Result<(), StorageError> {
         let row = self.read()?;
         let claimed_at = match (value(&row, meta_col::CLAIM), timestamp(&row, meta_col::CLAIM)) {
             (Some(v), Some(ts)) if v == token => ts,
             _ => return Err(self.busy("was taken over by another create")),
         };
+        before_config()?;
         // The expiry high-water mark first (its own cell timestamp): a create
         // cut short here leaves a claim, never a config without its mark.
         super::meta::put_max_expiry(self.pool, self.tables, self.d)?;
@@ -157,16 +159,20 @@ impl MetaRow<'_> {
     }
 }
 
+/// A check a create runs once its claim is held, before the config is written.
+pub type BeforeConfig<'a> = &'a dyn Fn() -> Result<(), StorageError>;
+
 /// A fresh 16-byte creation token.
 fn new_token() -> Vec<u8> {
     rand::random::<[u8; 16]>().to_vec()
 }
 
-/// Creates `d` by the protocol of the module docs. Errors: `AlreadyExists`;
-/// `Unavailable` when HBase fails, another create of the name is in
-/// progress (its claim younger than [`CLAIM_TAKEOVER_MS`] by HBase's
-/// clock), or another create took this one's claim over.
-pub fn create(pool: &Pool, tables: &Tables, d: &Deduper) -> Result<(), StorageError> {
+/// Creates `d` by the protocol of the module docs, running `before_config`
+/// once the claim is held. Errors: `AlreadyExists`; `Unavailable` when HBase
+/// fails, another create of the name is in progress (its claim younger than
+/// [`CLAIM_TAKEOVER_MS`] by HBase's clock), or another create took this
+/// one's claim over; whatever `before_config` returns.
+pub fn create(pool: &Pool, tables: &Tables, d: &Deduper, before_config: BeforeConfig<'_>) -> Result<(), StorageError> {
     let m = MetaRow {
         pool,
         tables,
@@ -195,7 +201,7 @@ pub fn create(pool: &Pool, tables: &Tables, d: &Deduper) -> Result<(), StorageEr
         if !m.swap_claim(&[], &token)? {
             return Err(m.busy("was taken over by another create"));
         }
-        return m.write_and_commit(&token);
+        return m.write_and_commit(&token, before_config);
     }
     if codec::decode_deduper(&d.client_id, &m.read()?)?.is_some() {
         return Err(StorageError::AlreadyExists);
@@ -233,5 +239,5 @@ pub fn create(pool: &Pool, tables: &Tables, d: &Deduper) -> Result<(), StorageEr
         claim_age_ms = age,
         "took over an abandoned deduper creation"
     );
-    m.write_and_commit(&token)
+    m.write_and_commit(&token, before_config)
 }

@@ -660,11 +660,17 @@ impl Store for HbaseStore {
 
     /// Errors besides the claim's (`meta.rs`): `Precondition` while a
     /// deleted namesake's delete markers would hide the bits (`lifecycle.rs`).
+    /// The tombstone is checked before the claim (no claim left behind in
+    /// the common case) and again once the claim is held, before the config
+    /// is written: a delete that ran between the first check and the claim
+    /// (its tombstone lands before it empties the row this claim then took)
+    /// would otherwise leave a new config whose bits its markers hide.
     fn create_deduper(&self, deduper: &Deduper) -> Result<(), StorageError> {
         self.tables.ensure_meta(&self.pool, &deduper.client_id)?;
-        let now = now_ms();
-        self.check_tombstone(deduper, now)?;
-        claim::create(&self.pool, &self.tables, deduper)
+        self.check_tombstone(deduper, now_ms())?;
+        claim::create(&self.pool, &self.tables, deduper, &|| {
+            self.check_tombstone(deduper, now_ms())
+        })
     }
 
     /// Shard rows by geometry, then the config row: see `lifecycle.rs`.
