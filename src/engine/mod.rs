@@ -617,7 +617,8 @@ impl Engine {
     /// [`Engine::add`], safe to retry with the same `request_id` within
     /// `limits.request_id_window_seconds`: the first attempt's record is
     /// stored before its bits, and a retry returns its answer and writes
-    /// the bits again (with the first attempt's expiry). Errors besides
+    /// the bits again (with the later of the first attempt's expiry and
+    /// its own). Errors besides
     /// `add`'s: `Invalid` for a reused `request_id` with another request.
     pub async fn add_with_id<E>(
         &self,
@@ -663,7 +664,10 @@ impl Engine {
                 },
             };
             record.check_same(Kind::Add, &digest)?;
-            store.write_bits(&w, &plan.addrs, record.expire_ms)?;
+            // Never earlier than this attempt's own expiry: a retry that comes
+            // after the first attempt's expiry passed must still be acknowledged
+            // with its TTL ahead of it.
+            store.write_bits(&w, &plan.addrs, record.expire_ms.max(expire))?;
             Ok(record.count)
         })
         .await
@@ -840,7 +844,7 @@ impl Engine {
             {
                 let record = Record::decode(&earlier)?;
                 record.check_same(Kind::AddIfAbsent, digest)?;
-                store.write_bits(&w, &plan.addrs, record.expire_ms)?;
+                store.write_bits(&w, &plan.addrs, record.expire_ms.max(expire))?;
                 return Ok(record.absent);
             }
             // Read after the write: of two racing adds of one entity to two
@@ -912,7 +916,7 @@ impl Engine {
             if let (Some(e), Some(digest)) = (earlier, &digest) {
                 let record = Record::decode(&e)?;
                 record.check_same(Kind::AddIfAbsent, digest)?;
-                store.write_bits(&w, &plan.addrs, record.expire_ms)?;
+                store.write_bits(&w, &plan.addrs, record.expire_ms.max(expire))?;
                 return Ok(record.absent);
             }
             let cells = result?;

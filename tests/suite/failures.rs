@@ -185,3 +185,57 @@ pub async fn an_empty_request_id_is_no_request_id(b: &TestBackend) {
         Ok(vec![true, false])
     );
 }
+
+/// A retry with the same request_id that comes after the first attempt's
+/// expiry passed (TTL 1.2 s, retried once the entity reads absent) is
+/// acknowledged with its own TTL ahead of it: the entity reads present.
+/// Found in review: the retry wrote the first attempt's expiry again, already
+/// in the past, so an acknowledged Add was absent at once.
+pub async fn a_retry_after_the_first_attempts_expiry_is_remembered_for_its_ttl(b: &TestBackend) {
+    let s = TestServer::start(b).await;
+    s.admin()
+        .create_deduper(create_np("c", "r", 1000, 0.01, 600))
+        .await
+        .unwrap();
+    let add = |kind: &str| {
+        let id = format!("late-{kind}");
+        (
+            pb::AddRequest {
+                client_id: "c".into(),
+                deduper: "r".into(),
+                entities: ents(&[format!("e-{kind}")]),
+                ttl_ms: 1200,
+                request_id: Some(prost::bytes::Bytes::from(id.clone().into_bytes())),
+            },
+            pb::AddIfAbsentRequest {
+                record_ids: Vec::new(),
+                client_id: "c".into(),
+                deduper: "r".into(),
+                entities: ents(&[format!("e-{kind}")]),
+                ttl_ms: 1200,
+                request_id: Some(prost::bytes::Bytes::from(id.into_bytes())),
+            },
+        )
+    };
+    let mut data = s.data();
+    let (plain, _) = add("add");
+    let (_, guarded) = add("aia");
+    data.add(plain.clone()).await.unwrap();
+    assert_eq!(
+        data.add_if_absent(guarded.clone()).await.unwrap().into_inner().absent,
+        [true]
+    );
+    let started = std::time::Instant::now();
+    while absent(&s, "c", "r", &["e-add", "e-aia"]).await != [true, true] {
+        assert!(started.elapsed() < std::time::Duration::from_secs(10), "never expired");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    data.add(plain).await.unwrap();
+    let again = data.add_if_absent(guarded).await.unwrap().into_inner().absent;
+    assert_eq!(again, [true], "the retry answers as the first attempt did");
+    assert_eq!(
+        absent(&s, "c", "r", &["e-add", "e-aia"]).await,
+        [false, false],
+        "acknowledged again, remembered for the retry's TTL"
+    );
+}

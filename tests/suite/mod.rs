@@ -48,6 +48,7 @@ macro_rules! backend_suite {
             health_and_reflection,
             concurrent_updates_lose_no_change,
             request_id_repeats_get_the_first_answer,
+            a_retry_after_the_first_attempts_expiry_is_remembered_for_its_ttl,
             an_empty_request_id_is_no_request_id,
             record_ids_replay_gets_the_first_answer,
             record_ids_replays_renew_their_memory,
