@@ -34,8 +34,17 @@
 //! Before the first successful measurement (HBase unreachable at start-up)
 //! writes are refused as well; backends without a shared clock (offset
 //! `None`) pass everything through.
+//!
+//! Between two measurements (a probe every `server.health_check_interval_ms`)
+//! the clock can be stepped (a manual `date`, a VM resumed, NTP stepping
+//! instead of slewing). Every write and clock-dependent read therefore also
+//! compares how far this replica's wall clock moved since the measurement
+//! with how far its monotonic clock moved: a step that takes the measured
+//! offset beyond `B` refuses the call at once, as that offset would, until
+//! the next probe measures again.
 
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use super::{
     BeforeWrite, BitAddr, BitStats, Cell, Change, ClockOffset, RecordFingerprint, RequestKey, StorageError, Store,
@@ -70,6 +79,9 @@ struct State {
     /// Why the last probe (measurement or `ping`) failed; `None` once a
     /// measurement succeeds. Named by the refusal of writes while unmeasured.
     last_failure: Option<String>,
+    /// When the verdict was measured: the monotonic instant and this
+    /// replica's wall clock (ms since the epoch) at that instant.
+    measured_at: Option<(Instant, i64)>,
 }
 
 impl ClockBoundStore {
@@ -86,6 +98,7 @@ impl ClockBoundStore {
                 verdict: Verdict::Unmeasured,
                 logged_ms: None,
                 last_failure: None,
+                measured_at: None,
             }),
         };
         if let Err(e) = store.measure() {
@@ -120,6 +133,7 @@ impl ClockBoundStore {
         let mut state = self.state();
         let before = state.verdict;
         state.verdict = verdict;
+        state.measured_at = Some((Instant::now(), crate::clock::now_ms()));
         // After the verdict: whoever sees the new figure sees it enforced.
         crate::metrics::set_clock_offset(o.offset_ms, o.error_ms, self.max_offset_ms);
         let moved = state
@@ -170,10 +184,48 @@ impl ClockBoundStore {
         ))
     }
 
+    /// The offset now, when the wall clock was stepped since the last
+    /// measurement so far that the measured offset plus the step is beyond
+    /// `B`: `(offset now, step)`, ms. `None` otherwise (and when unenforced).
+    fn stepped(&self) -> Option<(ClockOffset, i64)> {
+        let (verdict, measured_at) = {
+            let state = self.state();
+            (state.verdict, state.measured_at)
+        };
+        let (Verdict::Within(o), Some((at, wall_ms))) = (verdict, measured_at) else {
+            return None;
+        };
+        if self.max_offset_ms == 0 {
+            return None;
+        }
+        let monotonic_ms = i64::try_from(at.elapsed().as_millis()).unwrap_or(i64::MAX);
+        let step = crate::clock::now_ms()
+            .saturating_sub(wall_ms)
+            .saturating_sub(monotonic_ms);
+        let now = ClockOffset {
+            offset_ms: o.offset_ms.saturating_add(step),
+            error_ms: o.error_ms,
+        };
+        (now.offset_ms.abs() > self.max_offset_ms).then_some((now, step))
+    }
+
+    fn stepped_error(&self, now: &ClockOffset, step_ms: i64) -> StorageError {
+        StorageError::Unavailable(format!(
+            "this replica's clock was stepped by {step_ms:+} ms since its offset against the storage was last \
+             measured, to about {:+} ms off the storage's clock, beyond {} = {} ms: it refuses writes (and, \
+             ahead, reads) until the next probe measures again (fix its time synchronisation); other replicas can \
+             serve",
+            now.offset_ms, self.setting, self.max_offset_ms
+        ))
+    }
+
     /// `Ok` unless writes are refused now. While unmeasured the refusal
     /// gives the last probe's error (an unreachable storage, or one that
     /// refuses the probe's write, e.g. a principal HBase grants nothing).
     fn may_write(&self) -> Result<(), StorageError> {
+        if let Some((now, step)) = self.stepped() {
+            return Err(self.stepped_error(&now, step));
+        }
         match self.verdict() {
             Verdict::Unshared | Verdict::Within(_) => Ok(()),
             Verdict::Beyond(o) => Err(self.beyond(&o)),
@@ -194,6 +246,9 @@ impl ClockBoundStore {
 
     /// `Ok` unless clock-dependent reads are refused now (ahead beyond the bound).
     fn may_judge_expiry(&self) -> Result<(), StorageError> {
+        if let Some((now, step)) = self.stepped().filter(|(now, _)| now.offset_ms > 0) {
+            return Err(self.stepped_error(&now, step));
+        }
         match self.verdict() {
             Verdict::Beyond(o) if o.offset_ms > 0 => Err(self.beyond(&o)),
             _ => Ok(()),

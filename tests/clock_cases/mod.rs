@@ -27,6 +27,7 @@ macro_rules! clock_cases {
     ($backend:expr) => {
         $crate::clock_cases!($backend;
             replicas_beyond_the_clock_bound_refuse_writes_and_serve_again,
+            a_clock_step_between_probes_is_refused_at_once,
             a_fresh_claim_is_never_taken_over_by_a_leading_clock,
             of_two_creators_over_an_abandoned_claim_exactly_one_is_told_ok,
         );
@@ -45,6 +46,16 @@ macro_rules! clock_cases {
 /// A `solus serve` child on the backend's HBase with clock bound
 /// `max_offset_ms`, its clock shifted by `clock` when given.
 async fn replica(b: &TestBackend, clock: Option<&ShiftedClock>, max_offset_ms: u64) -> SolusProcess {
+    replica_with(b, clock, max_offset_ms, &[]).await
+}
+
+/// [`replica`] with more settings.
+async fn replica_with(
+    b: &TestBackend,
+    clock: Option<&ShiftedClock>,
+    max_offset_ms: u64,
+    more: &[(&'static str, &str)],
+) -> SolusProcess {
     let mut env = vec![
         ("SOLUS__STORAGE__BACKEND", "hbase".to_string()),
         ("SOLUS__STORAGE__HBASE__ADDRESSES", b.thrift_addr().to_string()),
@@ -56,6 +67,7 @@ async fn replica(b: &TestBackend, clock: Option<&ShiftedClock>, max_offset_ms: u
     if let Some(c) = clock {
         env.extend(c.env());
     }
+    env.extend(more.iter().map(|&(k, v)| (k, v.to_string())));
     SolusProcess::start(&env).await
 }
 
@@ -219,6 +231,57 @@ pub async fn replicas_beyond_the_clock_bound_refuse_writes_and_serve_again(b: &T
             .stderr()
             .contains("back within storage.hbase.max_clock_offset_ms")
     );
+}
+
+/// A clock stepped between two probes (here an hour either way, with
+/// probes a minute apart) is caught by the next call, not the next probe:
+/// writes are refused, and reads too while ahead. Found in an adversarial
+/// review: until the next probe the replica read a live bit as expired
+/// (absent) with its clock an hour ahead.
+pub async fn a_clock_step_between_probes_is_refused_at_once(b: &TestBackend) {
+    let Some(clock) = ShiftedClock::new(0) else { return };
+    let good = replica(b, None, 500).await;
+    let shifted = replica_with(
+        b,
+        Some(&clock),
+        500,
+        &[("SOLUS__SERVER__HEALTH_CHECK_INTERVAL_MS", "60000")],
+    )
+    .await;
+    wait_status(&good, ServingStatus::Serving, "the replica on time").await;
+    wait_status(&shifted, ServingStatus::Serving, "the shifted replica at +0").await;
+    let mut admin = DeduperAdminServiceClient::new(good.channel().await);
+    match admin.create_deduper(create_np("c", "d", 10_000, 0.01, 7200)).await {
+        Ok(_) => {}
+        Err(e) => assert_eq!(e.code(), Code::AlreadyExists, "{}", e.message()),
+    }
+    assert_eq!(add_through(&good, "live-for-an-hour", 3_600_000).await.unwrap(), 1);
+    assert!(!absent_through(&shifted, "live-for-an-hour").await.unwrap());
+
+    clock.set(3_600_000);
+    let read = absent_through(&shifted, "live-for-an-hour").await;
+    assert_eq!(
+        read.as_ref().map_err(tonic::Status::code),
+        Err(Code::Unavailable),
+        "an hour ahead, before the next probe: {read:?}"
+    );
+    let message = read.unwrap_err().message().to_string();
+    assert!(message.contains("stepped by +36"), "{message}");
+    assert!(message.contains("storage.hbase.max_clock_offset_ms"), "{message}");
+    let write = add_through(&shifted, "written-ahead", 60_000).await.unwrap_err();
+    assert_eq!(write.code(), Code::Unavailable, "{}", write.message());
+
+    clock.set(-3_600_000);
+    let write = add_through(&shifted, "written-behind", 60_000).await.unwrap_err();
+    assert_eq!(write.code(), Code::Unavailable, "{}", write.message());
+    assert!(
+        !absent_through(&shifted, "live-for-an-hour").await.unwrap(),
+        "behind, a live bit can only look live: reads go on"
+    );
+
+    clock.set(0);
+    assert_eq!(add_through(&shifted, "back-on-time", 60_000).await.unwrap(), 1);
+    assert!(!absent_through(&good, "back-on-time").await.unwrap());
 }
 
 /// The meta table `c_dedupers` and row of deduper `name` of client `c`.
