@@ -235,7 +235,8 @@ pub struct HbaseConfig {
     /// measured at start-up and on every health probe. Beyond it the replica
     /// reports `NOT_SERVING` and refuses writes until back within; TTLs
     /// shorter than twice this are refused (see docs/operations.md,
-    /// "Clocks"). 0 measures without enforcing. Default 500.
+    /// "Clocks"). 0 measures without enforcing. At most
+    /// [`MAX_CLOCK_OFFSET_MS`]. Default 500.
     pub max_clock_offset_ms: u64,
     /// Pooled connections older than this, in seconds, are closed and
     /// opened again (authenticating anew with Kerberos), so revoked
@@ -283,6 +284,11 @@ impl Default for HbaseConfig {
     }
 }
 
+/// Largest `max_clock_offset_ms` accepted, ms: twice it must stay within
+/// the 60 s of clock slack of the delete markers (`lifecycle::DELETE_SLACK_MS`)
+/// and of the remembered request and record cells' TTLs.
+pub const MAX_CLOCK_OFFSET_MS: u64 = 30_000;
+
 impl HbaseConfig {
     /// Checks the values make sense; the message names the key.
     pub fn validate(&self) -> Result<(), String> {
@@ -300,6 +306,15 @@ impl HbaseConfig {
         }
         if self.max_request_bytes < 4096 {
             return Err("storage.hbase.max_request_bytes must be at least 4096".into());
+        }
+        if self.max_clock_offset_ms > MAX_CLOCK_OFFSET_MS {
+            return Err(format!(
+                "storage.hbase.max_clock_offset_ms = {} is above {MAX_CLOCK_OFFSET_MS}: the delete markers and the \
+                 remembered request and record cells keep 60 s of slack for replicas' clocks to differ (twice the \
+                 bound), so a larger bound could hide new bits or forget a record early; fix the replicas' time \
+                 synchronisation instead (0 measures without enforcing)",
+                self.max_clock_offset_ms
+            ));
         }
         let k = &self.kerberos;
         if k.enabled {
@@ -377,6 +392,14 @@ mod tests {
         assert!(bad(|c| c.pool_size = 0).contains("pool_size"));
         assert!(bad(|c| c.read_timeout_ms = 0).contains("timeouts"));
         assert!(bad(|c| c.max_request_bytes = 100).contains("max_request_bytes"));
+        let clock = bad(|c| c.max_clock_offset_ms = 30_001);
+        assert!(
+            clock.contains("storage.hbase.max_clock_offset_ms = 30001 is above 30000"),
+            "{clock}"
+        );
+        let mut edge = HbaseConfig::default();
+        edge.max_clock_offset_ms = MAX_CLOCK_OFFSET_MS;
+        assert!(edge.validate().is_ok());
         let framed = bad(|c| {
             c.kerberos.enabled = true;
             c.transport = Transport::Framed;
