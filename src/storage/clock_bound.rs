@@ -31,9 +31,10 @@
 //! stretch them silently. Bound 0 turns the enforcement off (the offset is
 //! still measured and exported).
 //!
-//! Before the first successful measurement (HBase unreachable at start-up)
-//! writes are refused as well; backends without a shared clock (offset
-//! `None`) pass everything through.
+//! Before the first successful measurement (HBase unreachable at start-up,
+//! or a probe write HBase refuses) writes and clock-dependent reads are
+//! refused as well; backends without a shared clock (offset `None`) pass
+//! everything through.
 //!
 //! Between two measurements (a probe every `server.health_check_interval_ms`)
 //! the clock can be stepped (a manual `date`, a VM resumed, NTP stepping
@@ -230,27 +231,33 @@ impl ClockBoundStore {
             Verdict::Unshared | Verdict::Within(_) => Ok(()),
             Verdict::Beyond(o) => Err(self.beyond(&o)),
             Verdict::Unmeasured if self.max_offset_ms == 0 => Ok(()),
-            Verdict::Unmeasured => {
-                let why = match &self.state().last_failure {
-                    Some(e) => format!("the last probe failed: {e}"),
-                    None => "no probe has answered yet (storage unreachable?)".to_string(),
-                };
-                Err(StorageError::Unavailable(format!(
-                    "this replica's clock offset against the storage is not measured yet: {why}; writes wait for \
-                     it ({})",
-                    self.setting
-                )))
-            }
+            Verdict::Unmeasured => Err(self.unmeasured("writes")),
         }
     }
 
-    /// `Ok` unless clock-dependent reads are refused now (ahead beyond the bound).
+    /// The refusal of `what` while no measurement has succeeded, naming the
+    /// last probe's error.
+    fn unmeasured(&self, what: &str) -> StorageError {
+        let why = match &self.state().last_failure {
+            Some(e) => format!("the last probe failed: {e}"),
+            None => "no probe has answered yet (storage unreachable?)".to_string(),
+        };
+        StorageError::Unavailable(format!(
+            "this replica's clock offset against the storage is not measured yet: {why}; {what} wait for it ({})",
+            self.setting
+        ))
+    }
+
+    /// `Ok` unless clock-dependent reads are refused now: ahead beyond the
+    /// bound, or not measured yet (a clock that may be ahead would answer
+    /// live bits absent).
     fn may_judge_expiry(&self) -> Result<(), StorageError> {
         if let Some((now, step)) = self.stepped().filter(|(now, _)| now.offset_ms > 0) {
             return Err(self.stepped_error(&now, step));
         }
         match self.verdict() {
             Verdict::Beyond(o) if o.offset_ms > 0 => Err(self.beyond(&o)),
+            Verdict::Unmeasured if self.max_offset_ms != 0 => Err(self.unmeasured("reads that judge expiry")),
             _ => Ok(()),
         }
     }
@@ -587,7 +594,10 @@ mod tests {
             500,
             Err("HBase mutateRow solus_deduper failed: AccessDeniedException".into()),
         );
-        assert_eq!(allowed(&s), (false, true, true));
+        // Reads that judge expiry too: a clock never measured may be ahead
+        // (found in an adversarial review: a replica whose probe write was
+        // always refused served them with its clock unchecked).
+        assert_eq!(allowed(&s), (false, false, true));
         let refused = s.write_bits(&deduper(), &[], 1).unwrap_err().to_string();
         assert_eq!(
             refused,
@@ -595,6 +605,8 @@ mod tests {
              probe failed: storage unavailable: HBase mutateRow solus_deduper failed: AccessDeniedException; \
              writes wait for it (the.setting)"
         );
+        let read = s.read_bits(&deduper(), &[]).unwrap_err().to_string();
+        assert!(read.contains("reads that judge expiry wait for it"), "{read}");
         assert_eq!(s.min_ttl_ms(), 1000);
         fake.set(offset(10));
         assert!(s.ping().is_ok());
