@@ -10,7 +10,9 @@
 //! `solus_clock_max_offset_seconds`) and logged, and compared with the bound
 //! `B` (`storage.hbase.max_clock_offset_ms`):
 //!
-//! - within `B` (`|offset| <= B`): everything goes through;
+//! - within `B` (`|offset| + error <= B`: the measurement's error bound
+//!   counts against the replica; one whose error alone is over `B / 2`
+//!   is inconclusive and keeps the last verdict): everything goes through;
 //! - beyond `B`: `ping` fails (the data service turns `NOT_SERVING`, the
 //!   message gives the measured offset) and every write is refused with
 //!   `Unavailable` until a later probe finds the offset back within `B` -
@@ -123,13 +125,35 @@ impl ClockBoundStore {
         outcome
     }
 
-    /// Measures, records the verdict, exports and logs it.
+    /// Measures, records the verdict, exports and logs it. The true offset
+    /// is within `offset +- error`, so a verdict needs `|offset| + error <=
+    /// B`; a measurement whose error alone is over `B / 2` (its round trips
+    /// all slow or lopsided) is inconclusive and keeps the last verdict.
     fn measure(&self) -> Result<Verdict, StorageError> {
         let Some(o) = self.probed(self.inner.clock_offset())? else {
             self.state().verdict = Verdict::Unshared;
             return Ok(Verdict::Unshared);
         };
-        let within = self.max_offset_ms == 0 || o.offset_ms.abs() <= self.max_offset_ms;
+        if self.max_offset_ms != 0 && o.error_ms.saturating_mul(2) > self.max_offset_ms {
+            tracing::info!(
+                offset_ms = o.offset_ms,
+                error_ms = o.error_ms,
+                max_offset_ms = self.max_offset_ms,
+                "clock offset against storage measured too coarsely to judge (error over half of {}): keeping the \
+                 last verdict",
+                self.setting
+            );
+            let mut state = self.state();
+            if state.verdict == Verdict::Unmeasured {
+                state.last_failure = Some(format!(
+                    "it measured {:+} ms with an error of +-{} ms, over half of {} = {} ms (slow or lopsided round \
+                     trips to the storage)",
+                    o.offset_ms, o.error_ms, self.setting, self.max_offset_ms
+                ));
+            }
+            return Ok(state.verdict);
+        }
+        let within = self.max_offset_ms == 0 || o.offset_ms.abs().saturating_add(o.error_ms) <= self.max_offset_ms;
         let verdict = if within { Verdict::Within(o) } else { Verdict::Beyond(o) };
         let mut state = self.state();
         let before = state.verdict;
@@ -424,6 +448,8 @@ impl Store for ClockBoundStore {
         }
         match self.measure()? {
             Verdict::Beyond(o) => Err(self.beyond(&o)),
+            // Only a coarse first measurement leaves it unmeasured here.
+            Verdict::Unmeasured if self.max_offset_ms != 0 => Err(self.unmeasured("writes and reads")),
             _ => Ok(()),
         }
     }
@@ -563,10 +589,16 @@ mod tests {
         assert!(s.ping().is_ok());
         assert_eq!(allowed(&s), (true, true, true));
         assert_eq!(s.min_ttl_ms(), 1000, "twice the bound");
-        // At the bound: still within.
-        fake.set(offset(-500));
+        // At the bound, the error included: still within.
+        fake.set(offset(-498));
         assert!(s.ping().is_ok());
         assert_eq!(allowed(&s), (true, true, true));
+        // Within only without the error: beyond (the true offset may be -502).
+        fake.set(offset(-499));
+        assert!(s.ping().is_err());
+        assert_eq!(allowed(&s), (false, true, true));
+        fake.set(offset(0));
+        assert!(s.ping().is_ok());
         fake.set(offset(-120_000));
         let e = s.ping().unwrap_err().to_string();
         assert!(
@@ -647,5 +679,38 @@ mod tests {
                 "{refused}"
             );
         });
+    }
+
+    /// A measurement whose error alone is over half the bound (a lopsided
+    /// round trip: found in an adversarial review, a 3 s one-way delay made
+    /// a replica 2 s ahead measure about +0.5 s) judges nothing: the last
+    /// verdict stays, whichever it was.
+    #[test]
+    fn a_coarse_measurement_keeps_the_last_verdict() {
+        let coarse = |offset_ms| {
+            Ok(Some(ClockOffset {
+                offset_ms,
+                error_ms: 300,
+            }))
+        };
+        let (fake, s) = bound(500, offset(0));
+        fake.set(coarse(100));
+        assert!(s.ping().is_ok(), "within stays within");
+        assert_eq!(allowed(&s), (true, true, true));
+        fake.set(offset(2_000));
+        assert!(s.ping().is_err());
+        fake.set(coarse(100));
+        assert!(s.ping().is_err(), "beyond stays beyond");
+        assert_eq!(allowed(&s), (false, false, true));
+        let (fake, s) = bound(500, coarse(0));
+        assert_eq!(allowed(&s), (false, false, true), "unmeasured stays unmeasured");
+        let e = s.ping().unwrap_err().to_string();
+        assert!(
+            e.contains("with an error of +-300 ms, over half of the.setting = 500 ms"),
+            "{e}"
+        );
+        fake.set(offset(0));
+        assert!(s.ping().is_ok());
+        assert_eq!(allowed(&s), (true, true, true));
     }
 }
