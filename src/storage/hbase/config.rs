@@ -397,8 +397,10 @@ mod tests {
             clock.contains("storage.hbase.max_clock_offset_ms = 30001 is above 30000"),
             "{clock}"
         );
-        let mut edge = HbaseConfig::default();
-        edge.max_clock_offset_ms = MAX_CLOCK_OFFSET_MS;
+        let edge = HbaseConfig {
+            max_clock_offset_ms: MAX_CLOCK_OFFSET_MS,
+            ..HbaseConfig::default()
+        };
         assert!(edge.validate().is_ok());
         let framed = bad(|c| {
             c.kerberos.enabled = true;
