@@ -663,11 +663,7 @@ impl Engine {
                     None => ours,
                 },
             };
-            record.check_same(Kind::Add, &digest)?;
-            // Never earlier than this attempt's own expiry: a retry that comes
-            // after the first attempt's expiry passed must still be acknowledged
-            // with its TTL ahead of it.
-            store.write_bits(&w, &plan.addrs, record.expire_ms.max(expire))?;
+            write_again(&*store, &record, Kind::Add, &digest, &w, &plan.addrs, expire)?;
             Ok(record.count)
         })
         .await
@@ -843,8 +839,7 @@ impl Engine {
                 && let Some(earlier) = store.recall_request(key)?
             {
                 let record = Record::decode(&earlier)?;
-                record.check_same(Kind::AddIfAbsent, digest)?;
-                store.write_bits(&w, &plan.addrs, record.expire_ms.max(expire))?;
+                write_again(&*store, &record, Kind::AddIfAbsent, digest, &w, &plan.addrs, expire)?;
                 return Ok(record.absent);
             }
             // Read after the write: of two racing adds of one entity to two
@@ -915,8 +910,7 @@ impl Engine {
             });
             if let (Some(e), Some(digest)) = (earlier, &digest) {
                 let record = Record::decode(&e)?;
-                record.check_same(Kind::AddIfAbsent, digest)?;
-                store.write_bits(&w, &plan.addrs, record.expire_ms.max(expire))?;
+                write_again(&*store, &record, Kind::AddIfAbsent, digest, &w, &plan.addrs, expire)?;
                 return Ok(record.absent);
             }
             let cells = result?;
@@ -1098,6 +1092,26 @@ fn answer_of(plan: &Plan, entities: usize, cells: &[Cell], now: i64) -> Vec<bool
 /// The expiry time of an add at `now` with `ttl_ms` (ms since the Unix
 /// epoch); `Invalid`, naming the limit, when the store would cut it short
 /// or the TTL is shorter than the replicas' clocks can honour.
+/// Writes the bits of a request recorded as `record` (the first attempt's,
+/// or this one's) after checking it is the same `kind` of request with the
+/// same `digest`. The expiry is the later of the recorded one and this
+/// attempt's own `expire_ms`: a repeat that comes after the first attempt's
+/// expiry passed is still acknowledged with its TTL ahead of it. Errors:
+/// `Invalid` for another request under the same id; `Storage`.
+fn write_again(
+    store: &dyn Store,
+    record: &Record,
+    kind: Kind,
+    digest: &[u8; 32],
+    d: &Deduper,
+    addrs: &[BitAddr],
+    expire_ms: i64,
+) -> Result<(), EngineError> {
+    record.check_same(kind, digest)?;
+    store.write_bits(d, addrs, record.expire_ms.max(expire_ms))?;
+    Ok(())
+}
+
 fn check_expire(store: &dyn Store, now: i64, ttl_ms: u64) -> Result<i64, EngineError> {
     let min = store.min_ttl_ms();
     if ttl_ms < min {

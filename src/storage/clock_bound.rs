@@ -209,38 +209,45 @@ impl ClockBoundStore {
         ))
     }
 
-    /// The offset now, when the wall clock was stepped since the last
-    /// measurement so far that the measured offset plus the step is beyond
-    /// `B`: `(offset now, step)`, ms. `None` otherwise (and when unenforced).
-    fn stepped(&self) -> Option<(ClockOffset, i64)> {
+    /// The verdict a call gets now, in one look at the state: the last
+    /// measurement's, or `Beyond` (with the step, ms) when the wall clock
+    /// was stepped since it so far - measured against the monotonic clock -
+    /// that the measured offset plus the step is beyond `B`.
+    fn current(&self) -> (Verdict, Option<i64>) {
         let (verdict, measured_at) = {
             let state = self.state();
             (state.verdict, state.measured_at)
         };
-        let (Verdict::Within(o), Some((at, wall_ms))) = (verdict, measured_at) else {
-            return None;
-        };
-        if self.max_offset_ms == 0 {
-            return None;
+        if let (Verdict::Within(o), Some((at, wall_ms))) = (verdict, measured_at)
+            && self.max_offset_ms != 0
+        {
+            let monotonic_ms = i64::try_from(at.elapsed().as_millis()).unwrap_or(i64::MAX);
+            let step = crate::clock::now_ms()
+                .saturating_sub(wall_ms)
+                .saturating_sub(monotonic_ms);
+            let offset_ms = o.offset_ms.saturating_add(step);
+            if offset_ms.abs() > self.max_offset_ms {
+                let now = ClockOffset {
+                    offset_ms,
+                    error_ms: o.error_ms,
+                };
+                return (Verdict::Beyond(now), Some(step));
+            }
         }
-        let monotonic_ms = i64::try_from(at.elapsed().as_millis()).unwrap_or(i64::MAX);
-        let step = crate::clock::now_ms()
-            .saturating_sub(wall_ms)
-            .saturating_sub(monotonic_ms);
-        let now = ClockOffset {
-            offset_ms: o.offset_ms.saturating_add(step),
-            error_ms: o.error_ms,
-        };
-        (now.offset_ms.abs() > self.max_offset_ms).then_some((now, step))
+        (verdict, None)
     }
 
-    fn stepped_error(&self, now: &ClockOffset, step_ms: i64) -> StorageError {
+    /// The refusal for offset `o`: measured, or reached by a clock `step`.
+    fn refusal(&self, o: &ClockOffset, step: Option<i64>) -> StorageError {
+        let Some(step_ms) = step else {
+            return self.beyond(o);
+        };
         StorageError::Unavailable(format!(
             "this replica's clock was stepped by {step_ms:+} ms since its offset against the storage was last \
              measured, to about {:+} ms off the storage's clock, beyond {} = {} ms: it refuses writes (and, \
              ahead, reads) until the next probe measures again (fix its time synchronisation); other replicas can \
              serve",
-            now.offset_ms, self.setting, self.max_offset_ms
+            o.offset_ms, self.setting, self.max_offset_ms
         ))
     }
 
@@ -248,14 +255,11 @@ impl ClockBoundStore {
     /// gives the last probe's error (an unreachable storage, or one that
     /// refuses the probe's write, e.g. a principal HBase grants nothing).
     fn may_write(&self) -> Result<(), StorageError> {
-        if let Some((now, step)) = self.stepped() {
-            return Err(self.stepped_error(&now, step));
-        }
-        match self.verdict() {
-            Verdict::Unshared | Verdict::Within(_) => Ok(()),
-            Verdict::Beyond(o) => Err(self.beyond(&o)),
-            Verdict::Unmeasured if self.max_offset_ms == 0 => Ok(()),
-            Verdict::Unmeasured => Err(self.unmeasured("writes")),
+        match self.current() {
+            (Verdict::Unshared | Verdict::Within(_), _) => Ok(()),
+            (Verdict::Beyond(o), step) => Err(self.refusal(&o, step)),
+            (Verdict::Unmeasured, _) if self.max_offset_ms == 0 => Ok(()),
+            (Verdict::Unmeasured, _) => Err(self.unmeasured("writes")),
         }
     }
 
@@ -276,12 +280,9 @@ impl ClockBoundStore {
     /// bound, or not measured yet (a clock that may be ahead would answer
     /// live bits absent).
     fn may_judge_expiry(&self) -> Result<(), StorageError> {
-        if let Some((now, step)) = self.stepped().filter(|(now, _)| now.offset_ms > 0) {
-            return Err(self.stepped_error(&now, step));
-        }
-        match self.verdict() {
-            Verdict::Beyond(o) if o.offset_ms > 0 => Err(self.beyond(&o)),
-            Verdict::Unmeasured if self.max_offset_ms != 0 => Err(self.unmeasured("reads that judge expiry")),
+        match self.current() {
+            (Verdict::Beyond(o), step) if o.offset_ms > 0 => Err(self.refusal(&o, step)),
+            (Verdict::Unmeasured, _) if self.max_offset_ms != 0 => Err(self.unmeasured("reads that judge expiry")),
             _ => Ok(()),
         }
     }

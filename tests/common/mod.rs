@@ -262,6 +262,25 @@ pub fn create_np(client: &str, name: &str, n: u64, p: f64, expiry_seconds: u64) 
     }
 }
 
+/// An update that deactivates deduper `name` of `client` (nothing else changed).
+pub fn deactivate(client: &str, name: &str) -> pb::UpdateDeduperRequest {
+    pb::UpdateDeduperRequest {
+        client_id: client.into(),
+        name: name.into(),
+        active: Some(false),
+        ..Default::default()
+    }
+}
+
+/// A delete of deduper `name` of `client`; `force` deletes an active one.
+pub fn delete_req(client: &str, name: &str, force: bool) -> pb::DeleteDeduperRequest {
+    pb::DeleteDeduperRequest {
+        client_id: client.into(),
+        name: name.into(),
+        force,
+    }
+}
+
 /// A create request with explicit geometry.
 pub fn create_geom(client: &str, name: &str, k: u32, shards: u32, bps: u32, expiry: u64) -> pb::CreateDeduperRequest {
     pb::CreateDeduperRequest {

@@ -298,27 +298,12 @@ async fn a_create_racing_a_delete_of_its_namesake_refuses_instead_of_hiding_its_
         .create_deduper(create_np("c", "d", 10_000, 0.01, 600))
         .await
         .unwrap();
-    x.admin()
-        .update_deduper(pb::UpdateDeduperRequest {
-            client_id: "c".into(),
-            name: "d".into(),
-            active: Some(false),
-            expiry_seconds: None,
-            expected_insertions: None,
-            false_positive_rate: None,
-        })
-        .await
-        .unwrap();
+    x.admin().update_deduper(deactivate("c", "d")).await.unwrap();
     b.emulator().delay_calls("checkAndPut", 1, Duration::from_millis(1500));
     let mut y_admin = y.admin();
     let create = tokio::spawn(async move { y_admin.create_deduper(create_np("c", "d", 10_000, 0.01, 60)).await });
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let delete = pb::DeleteDeduperRequest {
-        client_id: "c".into(),
-        name: "d".into(),
-        force: false,
-    };
-    x.admin().delete_deduper(delete).await.unwrap();
+    x.admin().delete_deduper(delete_req("c", "d", false)).await.unwrap();
     match create.await.unwrap() {
         Err(e) => {
             assert_eq!(e.code(), Code::FailedPrecondition, "{}", e.message());

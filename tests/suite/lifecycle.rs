@@ -20,14 +20,6 @@ fn get_req(client: &str, name: &str) -> pb::GetDeduperRequest {
     }
 }
 
-fn delete_req(client: &str, name: &str, force: bool) -> pb::DeleteDeduperRequest {
-    pb::DeleteDeduperRequest {
-        client_id: client.into(),
-        name: name.into(),
-        force,
-    }
-}
-
 pub async fn delete_deduper_refuses_active_then_removes_everything(b: &TestBackend) {
     let s = TestServer::start(b).await;
     let mut admin = s.admin();
@@ -100,17 +92,7 @@ pub async fn delete_deduper_refuses_active_then_removes_everything(b: &TestBacke
     );
 
     // Deactivated first, no force is needed.
-    admin
-        .update_deduper(pb::UpdateDeduperRequest {
-            client_id: "c".into(),
-            name: "kept".into(),
-            active: Some(false),
-            expiry_seconds: None,
-            expected_insertions: None,
-            false_positive_rate: None,
-        })
-        .await
-        .unwrap();
+    admin.update_deduper(deactivate("c", "kept")).await.unwrap();
     admin.delete_deduper(delete_req("c", "kept", false)).await.unwrap();
 
     let recreated = admin.create_deduper(create_np("c", "old", 10_000, 0.01, 60)).await;

@@ -320,7 +320,7 @@ fn claim_tracked(
         .iter()
         .map(|s| s.filter(|s| s.held).map(|s| (s.token, started)))
         .collect();
-    let mut pause = Duration::from_millis(1);
+    let mut pause = Backoff::new();
     let mut errors = 0;
     loop {
         // A claim whose answer was lost, found in place: ours.
@@ -361,8 +361,7 @@ fn claim_tracked(
             })
             .collect();
         if blocked.contains(&true) {
-            std::thread::sleep(jittered(pause));
-            pause = (pause * 2).min(MAX_PAUSE);
+            pause.wait();
             now = Look::new(rows.peek()?)?;
             continue;
         }
@@ -377,8 +376,7 @@ fn claim_tracked(
             Ok(false) => {
                 // Lost to another claim or release: let it through first.
                 errors = 0;
-                std::thread::sleep(jittered(pause));
-                pause = (pause * 2).min(MAX_PAUSE);
+                pause.wait();
             }
             Err(e) => {
                 tried.push(token);
@@ -386,8 +384,7 @@ fn claim_tracked(
                 if errors >= MAX_SWAP_ERRORS {
                     return Err(e);
                 }
-                std::thread::sleep(jittered(pause));
-                pause = (pause * 2).min(MAX_PAUSE);
+                pause.wait();
             }
         }
         now = Look::new(rows.peek()?)?;
@@ -416,9 +413,20 @@ fn abandoned(token: Token, watch: &mut Option<(Token, Instant)>, lease: Duration
     }
 }
 
-/// Between half and all of `pause`, so racing requests drift apart.
-fn jittered(pause: Duration) -> Duration {
-    pause / 2 + pause.mul_f64(rand::random::<f64>() / 2.0)
+/// Pauses between tries on the contended guard cell: 1 ms, doubling up to
+/// [`MAX_PAUSE`], each between half and all of that (so racing requests
+/// drift apart).
+struct Backoff(Duration);
+
+impl Backoff {
+    fn new() -> Backoff {
+        Backoff(Duration::from_millis(1))
+    }
+
+    fn wait(&mut self) {
+        std::thread::sleep(self.0 / 2 + self.0.mul_f64(rand::random::<f64>() / 2.0));
+        self.0 = (self.0 * 2).min(MAX_PAUSE);
+    }
 }
 
 /// Runs `f` even if the gRPC caller has left (the pool skips a gone
@@ -462,7 +470,7 @@ pub fn release(rows: &impl Rows, shards: &[u32], claim: &Claim, timing: Timing) 
         let done = Slot::released(claim.token);
         let until = Instant::now() + timing.lease / 2;
         let mut raw = claim.value.clone();
-        let mut pause = Duration::from_millis(1);
+        let mut pause = Backoff::new();
         loop {
             let Ok(now) = Look::new(raw) else {
                 return vec![false; shards.len()];
@@ -483,8 +491,7 @@ pub fn release(rows: &impl Rows, shards: &[u32], claim: &Claim, timing: Timing) 
                 return shards.iter().map(landed).collect();
             }
             // Pause before the look, not between the look and the swap.
-            std::thread::sleep(jittered(pause));
-            pause = (pause * 2).min(MAX_PAUSE);
+            pause.wait();
             loop {
                 match rows.peek() {
                     Ok(now) => {
@@ -499,8 +506,7 @@ pub fn release(rows: &impl Rows, shards: &[u32], claim: &Claim, timing: Timing) 
                         return vec![false; shards.len()];
                     }
                     Err(_) => {
-                        std::thread::sleep(jittered(pause));
-                        pause = (pause * 2).min(MAX_PAUSE);
+                        pause.wait();
                     }
                 }
             }
