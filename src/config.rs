@@ -258,6 +258,11 @@ pub struct LimitsConfig {
     /// record (a stream job's restart, rebalance, recovery from a checkpoint,
     /// an outage). Default 3,600.
     pub record_id_window_seconds: u64,
+    /// Most data requests of one deduper using storage threads at once
+    /// (the server has 64); its further requests wait without a thread, so
+    /// a deduper whose storage is slow, or a flood on one deduper, cannot
+    /// hold up the others. Default 16.
+    pub max_storage_tasks_per_deduper: usize,
 }
 
 impl Default for LimitsConfig {
@@ -272,6 +277,7 @@ impl Default for LimitsConfig {
             allow_biased_bits_per_shard: false,
             request_id_window_seconds: 300,
             record_id_window_seconds: 3_600,
+            max_storage_tasks_per_deduper: crate::engine::lanes::DEFAULT_TASKS_PER_DEDUPER,
         }
     }
 }
@@ -288,6 +294,7 @@ impl LimitsConfig {
             },
             request_id_window_ms: self.request_id_window_seconds.saturating_mul(1000),
             record_id_window_ms: self.record_id_window_seconds.saturating_mul(1000),
+            max_storage_tasks_per_deduper: self.max_storage_tasks_per_deduper,
         }
     }
 }
@@ -367,6 +374,7 @@ pub const KEYS: &[&str] = &[
     "limits.allow_biased_bits_per_shard",
     "limits.request_id_window_seconds",
     "limits.record_id_window_seconds",
+    "limits.max_storage_tasks_per_deduper",
     "log.level",
     "log.json",
     "auth.enabled",
@@ -693,6 +701,9 @@ impl Settings {
         if l.max_concurrent_requests == 0 {
             return bad("limits.max_concurrent_requests must be at least 1".into());
         }
+        if l.max_storage_tasks_per_deduper == 0 {
+            return bad("limits.max_storage_tasks_per_deduper must be at least 1".into());
+        }
         let tls = &self.server.tls;
         if tls.cert_file.is_some() != tls.key_file.is_some() {
             return bad("server.tls.cert_file and server.tls.key_file must be set together".into());
@@ -842,6 +853,10 @@ mod tests {
             ("[server.tls]\nclient_ca_file = \"ca.pem\"\n", "client_ca_file"),
             ("[auth]\nenabled = true\n", "tokens_file"),
             ("[limits]\nmax_concurrent_requests = 0\n", "max_concurrent_requests"),
+            (
+                "[limits]\nmax_storage_tasks_per_deduper = 0\n",
+                "max_storage_tasks_per_deduper",
+            ),
             ("[metrics]\nlisten = \"localhost\"\n", "metrics.listen"),
         ];
         for (text, mentions) in refused {

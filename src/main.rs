@@ -76,12 +76,10 @@ async fn serve(config: Option<std::path::PathBuf>) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
-    // Storage calls run on the blocking pool; tokio's default of 512 threads
-    // lets a burst of slow calls (e.g. HBase timing out) pile up threads and
-    // memory. 64 keep both cores busy; more calls wait their turn.
+    // Storage calls run on the blocking pool (see its size's doc comment).
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .max_blocking_threads(64)
+        .max_blocking_threads(solus::engine::lanes::BLOCKING_THREADS)
         .build();
     match runtime {
         Ok(rt) => rt.block_on(run()),

@@ -15,6 +15,7 @@ use crate::contract::hashing;
 use crate::deduper::{self, Deduper, Level, ModelError, SizeLimits, Sizing};
 use crate::storage::{self, BitAddr, BitOrder, Cell, RequestKey, StorageError, Store};
 
+pub mod lanes;
 mod placement;
 pub mod records;
 pub mod requests;
@@ -36,6 +37,9 @@ pub struct Limits {
     pub request_id_window_ms: u64,
     /// How long a record id answered absent is remembered, in ms.
     pub record_id_window_ms: u64,
+    /// Most data requests of one deduper on the blocking pool at once
+    /// ([`lanes`]).
+    pub max_storage_tasks_per_deduper: usize,
 }
 
 impl Default for Limits {
@@ -46,6 +50,7 @@ impl Default for Limits {
             sizes: SizeLimits::default(),
             request_id_window_ms: 300_000,
             record_id_window_ms: 3_600_000,
+            max_storage_tasks_per_deduper: lanes::DEFAULT_TASKS_PER_DEDUPER,
         }
     }
 }
@@ -165,6 +170,8 @@ pub struct Engine {
     stats: Arc<stats::StatsBook>,
     stats_settings: StatsSettings,
     auto_resize: AutoResize,
+    /// Each deduper's share of the blocking pool.
+    lanes: lanes::Lanes,
 }
 
 /// Entities hashed and laid out for one storage call: `index[i*k + j]`
@@ -341,6 +348,7 @@ impl Engine {
     pub fn new(store: Arc<dyn Store>, limits: Limits) -> Engine {
         Engine {
             store,
+            lanes: lanes::Lanes::new(limits.max_storage_tasks_per_deduper),
             limits,
             cache: Arc::new(RwLock::new(HashMap::new())),
             inflight: Arc::new(Mutex::new(HashMap::new())),
@@ -397,6 +405,24 @@ impl Engine {
                 "storage task failed: {e}"
             ))))
         })
+    }
+
+    /// [`Engine::blocking`] in the deduper's lane ([`lanes`]): waits,
+    /// holding no thread, while the deduper has its share of the pool
+    /// there; the place is held until the work ends, also when the caller
+    /// left meanwhile.
+    async fn blocking_for<T: Send + 'static>(
+        &self,
+        client_id: &str,
+        name: &str,
+        f: impl FnOnce() -> Result<T, EngineError> + Send + 'static,
+    ) -> Result<T, EngineError> {
+        let place = self.lanes.enter(client_id, name).await;
+        Self::blocking(move || {
+            let _place = place;
+            f()
+        })
+        .await
     }
 
     fn validate_entities(&self, entities: &[impl AsRef<[u8]>]) -> Result<(), EngineError> {
@@ -638,7 +664,7 @@ impl Engine {
             return Ok(0);
         };
         let store = self.store.clone();
-        Self::blocking(move || {
+        self.blocking_for(client_id, name, move || {
             let now = now_ms();
             let expire = check_expire(&*store, now, ttl)?;
             // Adds go to the newest generation writes have moved to.
@@ -738,7 +764,7 @@ impl Engine {
             return Ok(Vec::new());
         }
         let store = self.store.clone();
-        Self::blocking(move || {
+        self.blocking_for(client_id, name, move || {
             let now = now_ms();
             // Absent only if absent in every live generation.
             let mut absent = if d.generations.is_empty() {
@@ -827,7 +853,7 @@ impl Engine {
             return Ok(Vec::new());
         };
         let store = self.store.clone();
-        Self::blocking(move || {
+        self.blocking_for(client_id, name, move || {
             let now = now_ms();
             // The newest generation's own atomic add-if-absent, and a read of
             // the older ones (no writes go there once writes moved on).

@@ -22,9 +22,17 @@ struct CountingStore {
     /// How long `get_deduper` takes, in ms, and how many times it ran.
     get_delay_ms: AtomicUsize,
     gets: AtomicUsize,
+    /// Reads of the deduper of this name block until [`CountingStore::release`]
+    /// (a deduper whose storage hangs).
+    stall: Mutex<Option<String>>,
+    released: std::sync::Condvar,
 }
 
 impl CountingStore {
+    fn release(&self) {
+        *self.stall.lock().unwrap() = None;
+        self.released.notify_all();
+    }
     fn take_calls(&self) -> Vec<&'static str> {
         std::mem::take(&mut self.calls.lock().unwrap())
     }
@@ -55,7 +63,12 @@ impl Store for CountingStore {
     fn kind(&self) -> &'static str {
         "counting"
     }
-    fn read_bits(&self, _: &Deduper, bits: &[BitAddr]) -> Result<Vec<Cell>, StorageError> {
+    fn read_bits(&self, d: &Deduper, bits: &[BitAddr]) -> Result<Vec<Cell>, StorageError> {
+        let mut stall = self.stall.lock().unwrap();
+        while stall.as_deref() == Some(d.name.as_str()) {
+            stall = self.released.wait(stall).unwrap();
+        }
+        drop(stall);
         self.calls.lock().unwrap().push("read");
         Ok(self.read(bits))
     }
@@ -592,6 +605,62 @@ fn abandoned_work_is_dropped_before_storage() {
         tokio::task::spawn_blocking(|| ()).await.unwrap();
     });
     assert!(!ran.load(Ordering::SeqCst), "work of a caller that left was skipped");
+}
+
+/// A deduper whose storage hangs (or one flooded with requests) takes at
+/// most its lane of the blocking pool: another deduper is served meanwhile.
+/// Before the lanes, the stalled deduper's 20 checks filled the pool's 8
+/// threads and the other deduper's check waited for them (here: forever).
+#[test]
+fn a_stalled_deduper_leaves_the_blocking_pool_to_the_others() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(8)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let store = Arc::new(CountingStore::default());
+        let limits = Limits {
+            max_storage_tasks_per_deduper: 4,
+            ..Limits::default()
+        };
+        let engine = Arc::new(Engine::new(store.clone(), limits));
+        for name in ["slow", "fast"] {
+            let spec = CreateSpec {
+                client_id: "c".into(),
+                name: name.into(),
+                expected_insertions: 10_000,
+                false_positive_rate: 0.001,
+                expiry_seconds: 60,
+                ..Default::default()
+            };
+            engine.create_deduper(spec).await.unwrap();
+        }
+        *store.stall.lock().unwrap() = Some("slow".into());
+        let stalled: Vec<_> = (0..20)
+            .map(|i| {
+                let engine = engine.clone();
+                tokio::spawn(async move { engine.check_absence("c", "slow", items(&format!("s{i}"), 10)).await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let fast = tokio::time::timeout(
+            Duration::from_secs(5),
+            engine.check_absence("c", "fast", items("f", 10)),
+        )
+        .await;
+        // Released before asserting: the runtime's drop waits for its threads.
+        store.release();
+        assert!(matches!(fast, Ok(Ok(ref a)) if *a == vec![true; 10]), "{fast:?}");
+        for s in stalled {
+            assert_eq!(
+                s.await.unwrap().unwrap(),
+                vec![true; 10],
+                "a stalled check answered once released"
+            );
+        }
+    });
 }
 
 /// A record replayed after its first attempt wrote its bits (a Kafka task
