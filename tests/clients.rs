@@ -51,12 +51,17 @@ fn summary(out: &Output) -> String {
         .join("\n")
 }
 
+/// Prints one `skipped: <why>` line straight to the process's stderr: the
+/// harness captures `println!` of a passing test, which hid these lines.
+fn skipped(why: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "skipped: {why}");
+}
+
 #[test]
 fn java_client_tests() {
     if !works("java", &["-version"]) || !works("mvn", &["-v"]) {
-        println!(
-            "skipped: Java and Maven are needed for the Java client's tests (clients/java): install a JDK 17 and Maven"
-        );
+        skipped("Java and Maven are needed for the Java client's tests (clients/java): install a JDK 17 and Maven");
         return;
     }
     let out = run(
@@ -71,7 +76,7 @@ fn java_client_tests() {
 #[test]
 fn python_client_tests() {
     if !works("python3", &["--version"]) {
-        println!("skipped: python3 is needed for the Python client's tests (clients/python)");
+        skipped("python3 is needed for the Python client's tests (clients/python)");
         return;
     }
     let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("solus-python-venv");
@@ -80,8 +85,8 @@ fn python_client_tests() {
         let made = Command::new("python3").arg("-m").arg("venv").arg(&venv).output();
         if !matches!(&made, Ok(o) if o.status.success()) {
             let _ = std::fs::remove_dir_all(&venv);
-            println!(
-                "skipped: python3 cannot create a virtualenv here (Debian: apt-get install python3-venv), needed for the Python client's tests"
+            skipped(
+                "python3 cannot create a virtualenv here (Debian: apt-get install python3-venv), needed for the Python client's tests",
             );
             return;
         }

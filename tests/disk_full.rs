@@ -89,7 +89,10 @@ async fn a_full_disk_leaves_no_trace_and_heals_without_restart() {
     let mut backend = TestBackend::embedded();
     let mnt = backend.data_path().with_file_name("mnt");
     let Some(fs) = Tmpfs::mount(&mnt, "16m") else {
-        eprintln!("skipped: mounting a tmpfs needs root (CAP_SYS_ADMIN)");
+        common::skipped(
+            "a_full_disk_leaves_no_trace_and_heals_without_restart",
+            "mounting a tmpfs needs root (CAP_SYS_ADMIN)",
+        );
         return;
     };
     backend.settings.storage.embedded.path = fs.0.join("data");
