@@ -5,8 +5,12 @@
 //! Maven keeps its jars in ~/.m2 and pip its wheels in ~/.cache/pip (outside the repository);
 //! the Python virtualenv lives under target/ (CARGO_TARGET_TMPDIR).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use common::skipped;
 
 const SOLUS_BIN: &str = env!("CARGO_BIN_EXE_solus");
 
@@ -51,17 +55,13 @@ fn summary(out: &Output) -> String {
         .join("\n")
 }
 
-/// Prints one `skipped: <why>` line straight to the process's stderr: the
-/// harness captures `println!` of a passing test, which hid these lines.
-fn skipped(why: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "skipped: {why}");
-}
-
 #[test]
 fn java_client_tests() {
     if !works("java", &["-version"]) || !works("mvn", &["-v"]) {
-        skipped("Java and Maven are needed for the Java client's tests (clients/java): install a JDK 17 and Maven");
+        skipped(
+            "java_client_tests",
+            "Java and Maven are needed for the Java client's tests (clients/java): install a JDK 17 and Maven",
+        );
         return;
     }
     let out = run(
@@ -76,7 +76,10 @@ fn java_client_tests() {
 #[test]
 fn python_client_tests() {
     if !works("python3", &["--version"]) {
-        skipped("python3 is needed for the Python client's tests (clients/python)");
+        skipped(
+            "python_client_tests",
+            "python3 is needed for the Python client's tests (clients/python)",
+        );
         return;
     }
     let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("solus-python-venv");
@@ -86,6 +89,7 @@ fn python_client_tests() {
         if !matches!(&made, Ok(o) if o.status.success()) {
             let _ = std::fs::remove_dir_all(&venv);
             skipped(
+                "python_client_tests",
                 "python3 cannot create a virtualenv here (Debian: apt-get install python3-venv), needed for the Python client's tests",
             );
             return;
