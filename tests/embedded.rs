@@ -287,6 +287,13 @@ fn entities_absent_in_rounds_answers_as_reading_every_cell() {
         let cells = store.read_bits(&d, &bits).unwrap();
         let expected: Vec<bool> = cells.chunks(k).map(|c| c.iter().any(|c| !c.is_set(at))).collect();
         let got = store.entities_absent(&d, &bits, k, at).unwrap();
+        // The async worker's read (nothing is being changed: it answers).
+        let now_read = store.entities_absent_now(&d, &bits, k, at).map(Result::unwrap);
+        assert!(
+            now_read.as_ref() == Some(&got),
+            "entities_absent_now differs at now + {} ms",
+            at - now
+        );
         let wrong: Vec<usize> = (0..expected.len())
             .filter(|&i| got.get(i) != Some(&expected[i]))
             .collect();
@@ -375,5 +382,63 @@ fn concurrent_fused_read_and_raise_has_one_winner_per_entity() {
         "{} entities without exactly one winner, first {:?}",
         wrong.len(),
         &wrong[..wrong.len().min(5)]
+    );
+}
+
+/// Creating a large deduper does not hold up reads of the others: its
+/// filter (faulted in when made, up to seconds for hundreds of MB) is
+/// allocated before the map of dedupers is locked. Found by reading the
+/// code: the allocation ran under the map's write lock, and every read and
+/// write of every deduper waited for it - on an async worker too, once
+/// small reads ran there.
+#[test]
+fn creating_a_large_deduper_leaves_reads_of_the_others_unblocked() {
+    use solus::contract::sizing::Geometry;
+    use solus::deduper::{Deduper, Level};
+    use solus::storage::{BitAddr, Store};
+    use std::time::{Duration, Instant};
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = std::sync::Arc::new(open_in(dir.path()));
+    let small = Geometry {
+        hash_functions: 3,
+        shards: 1,
+        bits_per_shard: 1_000,
+    };
+    let d = Deduper::new("c", "small", small, 3_600, Level::Global, 0);
+    store.create_deduper(&d).unwrap();
+    let bits: Vec<BitAddr> = (0..3).map(|bit| BitAddr { shard: 0, bit }).collect();
+    // 768 MiB of stamps: a few hundred ms to fault in.
+    let large = Geometry {
+        hash_functions: 7,
+        shards: 768,
+        bits_per_shard: 1 << 20,
+    };
+    let big = Deduper::new("c", "large", large, 3_600, Level::Global, 0);
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let creator = {
+        let (store, done) = (store.clone(), done.clone());
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            store.create_deduper(&big).unwrap();
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            start.elapsed()
+        })
+    };
+    let (mut reads, mut longest) = (0u32, Duration::ZERO);
+    while !done.load(std::sync::atomic::Ordering::SeqCst) {
+        let start = Instant::now();
+        assert_eq!(store.entities_absent(&d, &bits, 3, 0).unwrap(), [true]);
+        longest = longest.max(start.elapsed());
+        reads += 1;
+    }
+    let took = creator.join().unwrap();
+    assert!(
+        took > Duration::from_millis(40),
+        "the create took only {took:?}: nothing to measure"
+    );
+    assert!(
+        longest < took / 4,
+        "a read of another deduper waited {longest:?} while a create took {took:?} ({reads} reads)"
     );
 }

@@ -173,6 +173,23 @@ pub trait Store: Send + Sync + 'static {
             .collect())
     }
 
+    /// [`Store::entities_absent`] when this backend can answer at once from
+    /// this process's memory, without I/O and without waiting on a lock;
+    /// `None` when it cannot (a remote store; the embedded store while the
+    /// deduper's filter is being rewritten or a deduper created), and the
+    /// caller reads with `entities_absent` on a blocking thread instead. The
+    /// engine calls it on an async worker for small reads. Default `None`.
+    fn entities_absent_now(
+        &self,
+        deduper: &Deduper,
+        bits: &[BitAddr],
+        k: usize,
+        now_ms: i64,
+    ) -> Option<Result<Vec<bool>, StorageError>> {
+        let _ = (deduper, bits, k, now_ms);
+        None
+    }
+
     /// Raises the expiry of every bit in `bits` to at least `expire_ms` (ms
     /// since the Unix epoch), in one storage round trip. Durable on return.
     fn write_bits(&self, deduper: &Deduper, bits: &[BitAddr], expire_ms: i64) -> Result<(), StorageError>;

@@ -46,7 +46,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard, TryLockError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -477,6 +477,41 @@ enum Read<'a, 'b> {
 /// the journal record of a 10,000-entity request at k = 25.
 const PROBE_BYTES: usize = 1 << 20;
 
+/// Whether each entity of `bits` (`k` addresses per entity, entity order)
+/// has a bit unset at `now_ms`: bit `j` is read only of the entities whose
+/// bits `0..j` were all set, so an absent entity usually costs one or two
+/// cache misses instead of `k`.
+fn absent_in(filter: &Filter, bits: &[BitAddr], k: usize, now_ms: i64) -> Vec<bool> {
+    let k = k.max(1);
+    let entities = bits.len() / k;
+    let mut absent = vec![false; entities];
+    let mut pending: Vec<u32> = (0..entities as u32).collect();
+    let mut next = Vec::with_capacity(entities);
+    for j in 0..k {
+        let addr = |i: u32| bits[i as usize * k + j];
+        for &i in pending.iter().take(PREFETCH_AHEAD) {
+            filter.prefetch(addr(i).shard, addr(i).bit);
+        }
+        for (p, &i) in pending.iter().enumerate() {
+            if let Some(&ahead) = pending.get(p + PREFETCH_AHEAD) {
+                filter.prefetch(addr(ahead).shard, addr(ahead).bit);
+            }
+            let a = addr(i);
+            if filter.get_expire_ms(a.shard, a.bit).is_some_and(|e| e >= now_ms) {
+                next.push(i);
+            } else {
+                absent[i as usize] = true;
+            }
+        }
+        std::mem::swap(&mut pending, &mut next);
+        next.clear();
+        if pending.is_empty() {
+            break;
+        }
+    }
+    absent
+}
+
 /// How many addresses ahead a batch prefetches stamps (enough to overlap
 /// several cache misses, few enough to stay in L1).
 const PREFETCH_AHEAD: usize = 24;
@@ -594,18 +629,40 @@ impl Inner {
     /// delete finds none and fails with `Precondition` instead of creating
     /// an orphan filter outside the memory budget.
     fn entry(&self, deduper: &Deduper) -> Result<Arc<Entry>, StorageError> {
-        let key = codec::deduper_key(&deduper.client_id, &deduper.name);
-        self.entries
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&key)
-            .cloned()
-            .ok_or_else(|| {
-                StorageError::Precondition(format!(
-                    "deduper {:?} of client {:?} was deleted",
-                    deduper.name, deduper.client_id
-                ))
+        let entries = self.entries.read().unwrap_or_else(|p| p.into_inner());
+        Self::entry_in(&entries, deduper)
+    }
+
+    /// In-memory entries (empty filters) for `filters`, keyed for the map.
+    fn new_entries(&self, filters: &[Deduper]) -> Vec<(Vec<u8>, Arc<Entry>)> {
+        filters
+            .iter()
+            .map(|f| {
+                (
+                    codec::deduper_key(&f.client_id, &f.name),
+                    Arc::new(Entry::new(&self.config, f)),
+                )
             })
+            .collect()
+    }
+
+    /// [`Inner::entry`], or `None` while the map is locked for a change.
+    fn try_entry(&self, deduper: &Deduper) -> Option<Result<Arc<Entry>, StorageError>> {
+        match self.entries.try_read() {
+            Ok(entries) => Some(Self::entry_in(&entries, deduper)),
+            Err(TryLockError::Poisoned(p)) => Some(Self::entry_in(&p.into_inner(), deduper)),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+
+    fn entry_in(entries: &HashMap<Vec<u8>, Arc<Entry>>, deduper: &Deduper) -> Result<Arc<Entry>, StorageError> {
+        let key = codec::deduper_key(&deduper.client_id, &deduper.name);
+        entries.get(&key).cloned().ok_or_else(|| {
+            StorageError::Precondition(format!(
+                "deduper {:?} of client {:?} was deleted",
+                deduper.name, deduper.client_id
+            ))
+        })
     }
 }
 
@@ -666,35 +723,28 @@ impl Store for EmbeddedStore {
         now_ms: i64,
     ) -> Result<Vec<bool>, StorageError> {
         let entry = self.inner.entry(deduper)?;
-        let filter = entry.filter();
-        let k = k.max(1);
-        let entities = bits.len() / k;
-        let mut absent = vec![false; entities];
-        let mut pending: Vec<u32> = (0..entities as u32).collect();
-        let mut next = Vec::with_capacity(entities);
-        for j in 0..k {
-            let addr = |i: u32| bits[i as usize * k + j];
-            for &i in pending.iter().take(PREFETCH_AHEAD) {
-                filter.prefetch(addr(i).shard, addr(i).bit);
-            }
-            for (p, &i) in pending.iter().enumerate() {
-                if let Some(&ahead) = pending.get(p + PREFETCH_AHEAD) {
-                    filter.prefetch(addr(ahead).shard, addr(ahead).bit);
-                }
-                let a = addr(i);
-                if filter.get_expire_ms(a.shard, a.bit).is_some_and(|e| e >= now_ms) {
-                    next.push(i);
-                } else {
-                    absent[i as usize] = true;
-                }
-            }
-            std::mem::swap(&mut pending, &mut next);
-            next.clear();
-            if pending.is_empty() {
-                break;
-            }
-        }
-        Ok(absent)
+        Ok(absent_in(&entry.filter(), bits, k, now_ms))
+    }
+
+    /// `None` while the map of dedupers or this deduper's filter is locked
+    /// for a change (a create, a delete, lengthened ticks).
+    fn entities_absent_now(
+        &self,
+        deduper: &Deduper,
+        bits: &[BitAddr],
+        k: usize,
+        now_ms: i64,
+    ) -> Option<Result<Vec<bool>, StorageError>> {
+        let entry = match self.inner.try_entry(deduper)? {
+            Ok(entry) => entry,
+            Err(e) => return Some(Err(e)),
+        };
+        let filter = match entry.filter.try_read() {
+            Ok(f) => f,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return None,
+        };
+        Some(Ok(absent_in(&filter, bits, k, now_ms)))
     }
 
     fn write_bits(&self, deduper: &Deduper, bits: &[BitAddr], expire_ms: i64) -> Result<(), StorageError> {
@@ -740,11 +790,14 @@ impl Store for EmbeddedStore {
             }
             Self::put_meta(h, deduper)
         })?;
-        let mut entries = self.inner.entries.write().unwrap_or_else(|p| p.into_inner());
-        for f in &filters {
-            let key = codec::deduper_key(&f.client_id, &f.name);
-            entries.insert(key, Arc::new(Entry::new(&self.inner.config, f)));
-        }
+        // Allocated (and faulted in: up to seconds for a large filter)
+        // before the map is locked, so other dedupers' calls never wait on it.
+        let made = self.inner.new_entries(&filters);
+        self.inner
+            .entries
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(made);
         *reserved += need;
         Ok(())
     }
@@ -789,16 +842,17 @@ impl Store for EmbeddedStore {
             remove_page_file(&self.inner.config, f)?;
         }
         self.inner.with_write(|h| Self::put_meta(h, &d))?;
-        {
+        let made = self.inner.new_entries(&added);
+        let dropped: Vec<Arc<Entry>> = {
             let mut entries = self.inner.entries.write().unwrap_or_else(|p| p.into_inner());
-            for f in &added {
-                let key = codec::deduper_key(&f.client_id, &f.name);
-                entries.insert(key, Arc::new(Entry::new(&self.inner.config, f)));
-            }
-            for f in &removed {
-                entries.remove(&codec::deduper_key(&f.client_id, &f.name));
-            }
-        }
+            entries.extend(made);
+            removed
+                .iter()
+                .filter_map(|f| entries.remove(&codec::deduper_key(&f.client_id, &f.name)))
+                .collect()
+        };
+        // Unmapped after the map is unlocked.
+        drop(dropped);
         *reserved += need;
         if !removed.is_empty() {
             // After any checkpoint still saving the dropped filters' pages.
@@ -1020,3 +1074,7 @@ impl Drop for EmbeddedStore {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "store_tests.rs"]
+mod tests;
