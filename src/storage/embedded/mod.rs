@@ -11,10 +11,10 @@
 //! replay the journal.
 //!
 //! Checkpoints scale with traffic, not with the filter: one runs only once
-//! the journal holds at least a fifth of the bytes of the pages waiting to
-//! be saved ([`PAGE_BYTES_PER_JOURNAL_BYTE`]), so each journal byte costs at
-//! most five bytes of page writes whatever the deduper's size, and the
-//! journal stays within about a fifth of the pages on disk.
+//! the journal holds at least half of the bytes of the pages waiting to be
+//! saved ([`PAGE_BYTES_PER_JOURNAL_BYTE`]), so each journal byte costs at
+//! most two bytes of page writes whatever the deduper's size, and the
+//! journal stays within about half of the pages on disk.
 //!
 //! A write becomes visible only after its journal record was accepted
 //! (and, with `fsync`, synced): a write that fails leaves no bit raised, so
@@ -71,10 +71,10 @@ pub struct EmbeddedConfig {
     /// `fdatasync` the journal before acknowledging each write. Default false.
     pub fsync: bool,
     /// How often the checkpoint considers saving pages, in ms. Default
-    /// 30,000. It saves them once the journal holds at least a fifth of the
-    /// bytes of the changed pages (so page writes stay within five bytes
-    /// per journal byte), and also early, without waiting for the interval,
-    /// once the journal holds a fifth of the dedupers' full size (at least
+    /// 30,000. It saves them once the journal holds at least half of the
+    /// bytes of the changed pages (so page writes stay within two bytes per
+    /// journal byte), and also early, without waiting for the interval,
+    /// once the journal holds half of the dedupers' full size (at least
     /// 8 MiB).
     pub checkpoint_interval_ms: u64,
     /// Checkpoint whatever the pages cost once this many journal bytes

@@ -8,8 +8,12 @@ use super::*;
 
 /// Page bytes a checkpoint may write per journal byte it retires: the
 /// bound that makes disk writes scale with traffic, not with filter size.
-/// It also keeps the journal within a fifth of the changed pages.
-pub const PAGE_BYTES_PER_JOURNAL_BYTE: u64 = 5;
+/// It also keeps the journal within half of the changed pages (and within
+/// `checkpoint_journal_bytes`). 2, not 5: under random adds every page is
+/// dirty again by each checkpoint, and at 5 rewriting them took about a
+/// fifth of the server's CPU; at 2, AddIfAbsent ran 6-29% faster
+/// (docs/benchmarks.md), for a start-up replay of up to 2.5x the journal.
+pub const PAGE_BYTES_PER_JOURNAL_BYTE: u64 = 2;
 /// Journal bytes that trigger a checkpoint without waiting for the
 /// interval, at least (see `checkpoint_interval_ms`).
 const EARLY_JOURNAL_BYTES: u64 = 8 << 20;
@@ -175,10 +179,10 @@ impl Inner {
 
     /// Whether the journal has earned a checkpoint: the pages to write cost
     /// at most [`PAGE_BYTES_PER_JOURNAL_BYTE`] per journal byte, and either
-    /// the interval passed or the journal reached a fifth of the dedupers'
+    /// the interval passed or the journal reached half of the dedupers'
     /// full size (at least 8 MiB); or the journal reached
     /// `checkpoint_journal_bytes`, whatever the cost.
-    fn checkpoint_due(&self, interval_passed: bool) -> bool {
+    pub(super) fn checkpoint_due(&self, interval_passed: bool) -> bool {
         let journal = self.journal_bytes.load(Ordering::Relaxed);
         if journal == 0 {
             return false;
