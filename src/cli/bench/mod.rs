@@ -10,6 +10,7 @@
 mod compare;
 mod driver;
 mod target;
+mod wire;
 
 use std::path::PathBuf;
 

@@ -4,14 +4,15 @@
 //! on one filter key, pipelined per batch; no per-entity expiry).
 
 use anyhow::Context;
-use prost::bytes::Bytes;
 use tonic::Code;
 
+use tonic::codegen::http::uri::PathAndQuery;
+
 use super::Op;
-use super::driver::Call;
+use super::driver::{Call, KeySpace};
+use super::wire;
 use crate::api::pb;
 use crate::api::pb::deduper_admin_service_client::DeduperAdminServiceClient;
-use crate::api::pb::deduper_service_client::DeduperServiceClient;
 use crate::cli::Target as Addr;
 use crate::cli::client::{Conn, connect};
 
@@ -22,8 +23,9 @@ const CREATE_ATTEMPTS: u32 = 5;
 /// One connection to the system under test; cloned per worker.
 #[derive(Clone)]
 pub enum System {
+    /// Requests encoded by [`wire`], sent on a plain gRPC client.
     Solus {
-        client: DeduperServiceClient<Conn>,
+        grpc: tonic::client::Grpc<Conn>,
         client_id: String,
         deduper: String,
     },
@@ -79,11 +81,11 @@ impl System {
             return Err(crate::cli::hints::call_error(s, call)
                 .context(format!("creating deduper {client_id}/{deduper} ({attempt} attempts)")));
         }
-        let client = DeduperServiceClient::new(channel)
+        let grpc = tonic::client::Grpc::new(channel)
             .max_decoding_message_size(64 << 20)
             .max_encoding_message_size(64 << 20);
         Ok(System::Solus {
-            client,
+            grpc,
             client_id: client_id.into(),
             deduper: deduper.into(),
         })
@@ -116,50 +118,36 @@ impl System {
         })
     }
 
-    /// Sends one request of `keys`; errors carry a status-code name.
-    pub async fn call(&mut self, call: Call, keys: Vec<Bytes>, ttl_ms: u64) -> Result<(), String> {
+    /// Sends one request of the keys at `indices`; errors carry a
+    /// status-code name.
+    pub async fn call(&mut self, call: Call, keys: &KeySpace, indices: &[usize], ttl_ms: u64) -> Result<(), String> {
         match self {
             System::Solus {
-                client,
+                grpc,
                 client_id,
                 deduper,
             } => {
-                let (c, d) = (client_id.clone(), deduper.clone());
-                let r = match call {
-                    Call::Add => client
-                        .add(pb::AddRequest {
-                            request_id: None,
-                            client_id: c,
-                            deduper: d,
-                            entities: keys,
-                            ttl_ms,
-                        })
-                        .await
-                        .map(drop),
-                    Call::Check => client
-                        .check_absence(pb::CheckAbsenceRequest {
-                            record_ids: Vec::new(),
-                            client_id: c,
-                            deduper: d,
-                            entities: keys,
-                        })
-                        .await
-                        .map(drop),
-                    Call::AddIfAbsent => client
-                        .add_if_absent(pb::AddIfAbsentRequest {
-                            record_ids: Vec::new(),
-                            request_id: None,
-                            client_id: c,
-                            deduper: d,
-                            entities: keys,
-                            ttl_ms,
-                        })
-                        .await
-                        .map(drop),
+                let (method, ttl_ms) = match call {
+                    Call::Add => ("/solus.v1.DeduperService/Add", ttl_ms),
+                    Call::Check => ("/solus.v1.DeduperService/CheckAbsence", 0),
+                    Call::AddIfAbsent => ("/solus.v1.DeduperService/AddIfAbsent", ttl_ms),
                 };
-                r.map_err(|s| crate::api::code_name(s.code()).to_string())
+                let body = wire::request_body(client_id, deduper, keys, indices, ttl_ms);
+                let code_name = |s: tonic::Status| crate::api::code_name(s.code()).to_string();
+                grpc.ready()
+                    .await
+                    .map_err(|e| code_name(tonic::Status::unavailable(e.to_string())))?;
+                grpc.unary(
+                    tonic::Request::new(body),
+                    PathAndQuery::from_static(method),
+                    wire::Encoded,
+                )
+                .await
+                .map(drop)
+                .map_err(code_name)
             }
             System::Redis { conn, bloom } => {
+                let keys = keys.many(indices.iter().copied());
                 let mut pipe = redis::pipe();
                 for k in &keys {
                     match (call, bloom.as_deref()) {
