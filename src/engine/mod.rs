@@ -156,6 +156,10 @@ const CONFIG_CACHE_TTL: Duration = Duration::from_secs(2);
 /// pool. On 2 cores, `CheckAbsence` at 1,000 entities ran 8-23% faster on
 /// the worker than through the pool (docs/benchmarks.md).
 const INLINE_READ_BITS: usize = 1 << 16;
+/// Largest read, in entity bytes, hashed on the async worker: MD5 and
+/// Murmur3 cost about 3 ms of a core per MiB, so long entities go to the
+/// blocking pool however few addresses they make.
+const INLINE_READ_BYTES: usize = 256 << 10;
 
 /// (client id, deduper name).
 type CacheKey = (String, String);
@@ -774,7 +778,12 @@ impl Engine {
         // A small read the store answers from memory, here on the async
         // worker: two thread hops cost more than the read itself.
         let k = d.geometry.hash_functions as usize;
-        if record_ids.is_empty() && d.generations.is_empty() && entities.len() * k <= INLINE_READ_BITS {
+        if self.store.reads_from_memory()
+            && record_ids.is_empty()
+            && d.generations.is_empty()
+            && entities.len() * k <= INLINE_READ_BITS
+            && entities.iter().map(|e| e.as_ref().len()).sum::<usize>() <= INLINE_READ_BYTES
+        {
             let plan = Plan::for_store(self.store.bit_order(), false, &d, &entities);
             if plan.index.is_none() && plan.k > 0 {
                 let now = now_ms();
@@ -1093,8 +1102,6 @@ impl Engine {
     }
 }
 
-/// Whether each of `entities` is absent from the filter of `d` (one
-/// physical filter) at `now`: one storage read. Errors: `Storage`.
 /// `absent`, when it answers `entities` entities; `Corrupt` otherwise.
 fn check_entities(absent: Vec<bool>, entities: usize) -> Result<Vec<bool>, EngineError> {
     if absent.len() != entities {
@@ -1106,6 +1113,8 @@ fn check_entities(absent: Vec<bool>, entities: usize) -> Result<Vec<bool>, Engin
     Ok(absent)
 }
 
+/// Whether each of `entities` is absent from the filter of `d` (one
+/// physical filter) at `now`: one storage read. Errors: `Storage`.
 fn absent_in<E: AsRef<[u8]>>(
     store: &dyn Store,
     d: &Deduper,

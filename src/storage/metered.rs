@@ -64,6 +64,10 @@ impl Store for MeteredStore {
         Self::timed("read_bits", || self.inner.entities_absent(deduper, bits, k, now_ms))
     }
 
+    fn reads_from_memory(&self) -> bool {
+        self.inner.reads_from_memory()
+    }
+
     /// Timed as `read_bits` when it answers.
     fn entities_absent_now(
         &self,

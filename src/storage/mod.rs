@@ -173,12 +173,20 @@ pub trait Store: Send + Sync + 'static {
             .collect())
     }
 
+    /// Whether [`Store::entities_absent_now`] may answer: the engine hashes a
+    /// small read on an async worker only then. False by default; true for
+    /// the embedded store.
+    fn reads_from_memory(&self) -> bool {
+        false
+    }
+
     /// [`Store::entities_absent`] when this backend can answer at once from
     /// this process's memory, without I/O and without waiting on a lock;
     /// `None` when it cannot (a remote store; the embedded store while the
-    /// deduper's filter is being rewritten or a deduper created), and the
-    /// caller reads with `entities_absent` on a blocking thread instead. The
-    /// engine calls it on an async worker for small reads. Default `None`.
+    /// deduper's filter is being rewritten or the map of dedupers changed),
+    /// and the caller reads with `entities_absent` on a blocking thread
+    /// instead. The engine calls it on an async worker for small reads of a
+    /// store that [`Store::reads_from_memory`]. Default `None`.
     fn entities_absent_now(
         &self,
         deduper: &Deduper,

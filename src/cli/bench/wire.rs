@@ -6,8 +6,10 @@
 //! copy and an encoding pass per key - with key generation, about a third
 //! of the generator's CPU. Here each key is written once, into the
 //! request body, in the wire format prost would write (`AddRequest`,
-//! `CheckAbsenceRequest` and `AddIfAbsentRequest` share fields 1-4), and
-//! the response body is not decoded: the bench needs only the status.
+//! `CheckAbsenceRequest` and `AddIfAbsentRequest` share fields 1-3; field 4
+//! is `ttl_ms` in the two writes but `record_ids` in `CheckAbsenceRequest`,
+//! which therefore must be given `ttl_ms` 0, not written), and the response
+//! body is not decoded: the bench needs only the status.
 
 use prost::bytes::{Buf, BufMut, Bytes};
 use prost::encoding::{WireType, encode_key, encode_varint};

@@ -726,6 +726,11 @@ impl Store for EmbeddedStore {
         Ok(absent_in(&entry.filter(), bits, k, now_ms))
     }
 
+    /// Bits live in memory: reads need no I/O.
+    fn reads_from_memory(&self) -> bool {
+        true
+    }
+
     /// `None` while the map of dedupers or this deduper's filter is locked
     /// for a change (a create, a delete, lengthened ticks).
     fn entities_absent_now(
@@ -779,7 +784,7 @@ impl Store for EmbeddedStore {
         let key = codec::deduper_key(&deduper.client_id, &deduper.name);
         let filters = crate::generations::physical_filters(deduper);
         let need = filters.iter().map(|f| Filter::full_memory_bytes(&f.geometry)).sum();
-        self.inner.with_write(|h| {
+        let made = self.inner.with_write(|h| {
             if h.meta.contains_key(&key).map_err(unavailable)? {
                 return Err(StorageError::AlreadyExists);
             }
@@ -788,11 +793,14 @@ impl Store for EmbeddedStore {
             for f in &filters {
                 remove_page_file(&self.inner.config, f)?;
             }
-            Self::put_meta(h, deduper)
+            // Allocated (and faulted in: up to seconds for a large filter)
+            // before the config is stored, so a caller that finds the config
+            // finds its filter too (moments later), and before the map is
+            // locked, so other dedupers' calls never wait on it.
+            let made = self.inner.new_entries(&filters);
+            Self::put_meta(h, deduper)?;
+            Ok(made)
         })?;
-        // Allocated (and faulted in: up to seconds for a large filter)
-        // before the map is locked, so other dedupers' calls never wait on it.
-        let made = self.inner.new_entries(&filters);
         self.inner
             .entries
             .write()
@@ -841,8 +849,10 @@ impl Store for EmbeddedStore {
             // A page file of an earlier namesake (a crashed delete) is not this one's.
             remove_page_file(&self.inner.config, f)?;
         }
-        self.inner.with_write(|h| Self::put_meta(h, &d))?;
+        // Allocated before the config that names them is stored, and before
+        // the map is locked (as in `create_deduper`).
         let made = self.inner.new_entries(&added);
+        self.inner.with_write(|h| Self::put_meta(h, &d))?;
         let dropped: Vec<Arc<Entry>> = {
             let mut entries = self.inner.entries.write().unwrap_or_else(|p| p.into_inner());
             entries.extend(made);
