@@ -124,34 +124,21 @@ impl KeySpace {
 
     /// The keys at `indices` (each `< len`), in order: the file's `i`-th key,
     /// else the generated `key:` and 12 digits, as redis-benchmark's
-    /// `key:__rand_int__`. Generated keys are written into one buffer and
-    /// sliced from it: one allocation per batch, not per key.
+    /// `key:__rand_int__` ([`KeySpace::each`]). They are copied into one
+    /// buffer and sliced from it: one allocation per batch, not per key.
     pub fn many(&self, indices: impl Iterator<Item = usize>) -> Vec<Bytes> {
-        let mut buf = Vec::with_capacity(if self.file.is_empty() {
-            indices.size_hint().0 * 16
-        } else {
-            0
+        let (mut buf, mut ends) = (Vec::with_capacity(indices.size_hint().0 * 16), Vec::new());
+        self.each(indices, |key| {
+            buf.extend_from_slice(key);
+            ends.push(buf.len());
         });
-        // Each key is a file key, or the end of a generated one in `buf`.
-        let spans: Vec<Result<Bytes, usize>> = indices
-            .map(|i| match self.file.get(i) {
-                Some(k) => Ok(k.clone()),
-                None => {
-                    push_generated_key(&mut buf, i);
-                    Err(buf.len())
-                }
-            })
-            .collect();
         let all = Bytes::from(buf);
         let mut start = 0;
-        spans
-            .into_iter()
-            .map(|k| {
-                k.unwrap_or_else(|end| {
-                    let key = all.slice(start..end);
-                    start = end;
-                    key
-                })
+        ends.into_iter()
+            .map(|end| {
+                let key = all.slice(start..end);
+                start = end;
+                key
             })
             .collect()
     }

@@ -477,6 +477,16 @@ enum Read<'a, 'b> {
 /// the journal record of a 10,000-entity request at k = 25.
 const PROBE_BYTES: usize = 1 << 20;
 
+/// `lock` read-locked if that needs no wait (poisoned or not, as the
+/// store's other reads take it); `None` while a writer holds or awaits it.
+fn read_now<T>(lock: &RwLock<T>) -> Option<RwLockReadGuard<'_, T>> {
+    match lock.try_read() {
+        Ok(guard) => Some(guard),
+        Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }
+}
+
 /// Whether each entity of `bits` (`k` addresses per entity, entity order)
 /// has a bit unset at `now_ms`: bit `j` is read only of the entities whose
 /// bits `0..j` were all set, so an absent entity usually costs one or two
@@ -648,11 +658,7 @@ impl Inner {
 
     /// [`Inner::entry`], or `None` while the map is locked for a change.
     fn try_entry(&self, deduper: &Deduper) -> Option<Result<Arc<Entry>, StorageError>> {
-        match self.entries.try_read() {
-            Ok(entries) => Some(Self::entry_in(&entries, deduper)),
-            Err(TryLockError::Poisoned(p)) => Some(Self::entry_in(&p.into_inner(), deduper)),
-            Err(TryLockError::WouldBlock) => None,
-        }
+        Some(Self::entry_in(&*read_now(&self.entries)?, deduper))
     }
 
     fn entry_in(entries: &HashMap<Vec<u8>, Arc<Entry>>, deduper: &Deduper) -> Result<Arc<Entry>, StorageError> {
@@ -744,12 +750,7 @@ impl Store for EmbeddedStore {
             Ok(entry) => entry,
             Err(e) => return Some(Err(e)),
         };
-        let filter = match entry.filter.try_read() {
-            Ok(f) => f,
-            Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) => return None,
-        };
-        Some(Ok(absent_in(&filter, bits, k, now_ms)))
+        Some(Ok(absent_in(&*read_now(&entry.filter)?, bits, k, now_ms)))
     }
 
     fn write_bits(&self, deduper: &Deduper, bits: &[BitAddr], expire_ms: i64) -> Result<(), StorageError> {
