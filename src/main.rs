@@ -76,13 +76,21 @@ async fn serve(config: Option<std::path::PathBuf>) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // `bench` shares the machine with the server it measures: one thread
+    // drives its few requests in flight without cross-thread wake-ups.
+    let mut builder = if matches!(cli.command, Command::Bench(_)) {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
     // Storage calls run on the blocking pool (see its size's doc comment).
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    let runtime = builder
         .enable_all()
         .max_blocking_threads(solus::engine::lanes::BLOCKING_THREADS)
         .build();
     match runtime {
-        Ok(rt) => rt.block_on(run()),
+        Ok(rt) => rt.block_on(run(cli)),
         Err(e) => {
             eprintln!("error: starting the async runtime: {e}");
             ExitCode::FAILURE
@@ -90,8 +98,7 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run() -> ExitCode {
-    let cli = Cli::parse();
+async fn run(cli: Cli) -> ExitCode {
     let result = match cli.command {
         Command::Serve { config } => serve(config).await,
         other => {
