@@ -17,7 +17,9 @@
 #    and `BF.EXISTS bf key:__rand_int__`.
 # 3. One table: entities/s, the ratios, and the bars (2x Redis, 1.5x RedisBloom);
 #    also CPU seconds per million entities of the Solus server and of the load
-#    generator (utime + stime), steadier than rates on shared cores.
+#    generator (utime + stime), steadier than rates on shared cores; and how
+#    much of the server's memory sat in transparent huge pages (a filter
+#    outside them runs slower).
 #
 # Flags: --n N (50000000; also BF.RESERVE's capacity), --key-space K (100000000),
 # --duration S (15), --requests R (redis-benchmark -n, 3000000), --batch B (1000),
@@ -89,6 +91,11 @@ for op in add-if-absent check; do
     bench "$op" "$op" --duration "$duration"
     awk -v a="$s0" -v b="$(cpu_s "$spid")" 'BEGIN { print b - a }' >"$work/$op.server-cpu"
 done
+# The filter's stamps are meant to sit in 2 MiB pages (src/storage/embedded/region.rs):
+# when the kernel could not give them, every access misses the TLB and the
+# run is slower for it.
+mem_note=$(awk '/^Rss:/ { r = $2 } /^AnonHugePages:/ { h = $2 } END { if (r) printf "RSS %d MiB, %d MiB of it in transparent huge pages", r / 1024, h / 1024 }' \
+    "/proc/$spid/smaps_rollup" 2>/dev/null || true)
 kill "$spid"
 wait "$spid" 2>/dev/null || true
 
@@ -145,7 +152,7 @@ mkdir -p "$target"
     row "AddIfAbsent / SET NX PX / BF.ADD" add-if-absent "$add" "$set_rps" "$bf_add"
     row "CheckAbsence / EXISTS / BF.EXISTS" check "$check" "$exists_rps" "$bf_exists"
     echo
-    echo "Solus: release, embedded store (temporary directory, default settings), deduper n = $n, p = $p; \`solus bench --batch $batch --concurrency $concurrency --duration $duration --key-space $key_space\`, AddIfAbsent then CheckAbsence on the same deduper; errors: $(jq -s 'map(.errors | add // 0) | add' "$work/add-if-absent.json" "$work/check.json")."
+    echo "Solus: release, embedded store (temporary directory, default settings), deduper n = $n, p = $p; \`solus bench --batch $batch --concurrency $concurrency --duration $duration --key-space $key_space\`, AddIfAbsent then CheckAbsence on the same deduper; errors: $(jq -s 'map(.errors | add // 0) | add' "$work/add-if-absent.json" "$work/check.json"); the server at the end: ${mem_note:-memory not read}."
     echo "Redis $redis_version, no persistence: \`redis-benchmark -P $batch -c $concurrency -r $key_space -n $requests\` (SET NX PX p99 $set_p99 ms, EXISTS p99 $exists_p99 ms, BF.ADD p99 $bf_add_p99 ms, BF.EXISTS p99 $bf_exists_p99 ms); BF.RESERVE bf $p $n NONSCALING. $bloom_note"
     echo "$(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg) at the end."
 } | tee "$out"
