@@ -432,3 +432,46 @@ async fn a_reader_that_leaves_early_ends_the_command_quietly() {
         assert!(stderr.is_empty(), "solus {}: {stderr}", args[0]);
     }
 }
+
+/// `solus bench` (on a one-thread runtime, beside the server it measures)
+/// drives a real server to exactly the count asked, with no failed request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_drives_a_server_to_the_count_asked() {
+    let server = SolusProcess::start(&[]).await;
+    let addr = format!("127.0.0.1:{}", server.port);
+    for op in ["add-if-absent", "check", "add"] {
+        let (ok, out, e) = solus(
+            &[
+                "bench",
+                "--addr",
+                &addr,
+                "--client",
+                "b",
+                "--deduper",
+                "d",
+                "--expected-insertions",
+                "100000",
+                "--op",
+                op,
+                "--batch",
+                "100",
+                "--concurrency",
+                "4",
+                "--requests",
+                "40",
+                "--key-space",
+                "1000000",
+                "--json",
+                "--quiet",
+            ],
+            &[],
+        )
+        .await;
+        assert!(ok, "{op}: {e}");
+        let report: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|err| panic!("{op}: {err}: {out}"));
+        assert_eq!(report["requests"], 40, "{op}: {out}");
+        assert_eq!(report["entities"], 4000, "{op}: {out}");
+        assert_eq!(report["errors"], serde_json::json!({}), "{op}: {out}");
+        assert!(report["entities_per_second"].as_f64().unwrap() > 0.0, "{op}: {out}");
+    }
+}
