@@ -1,7 +1,7 @@
 //! Hashing hot path: one entity -> shard + k bit positions, against the cost
 //! of the digests alone (Murmur3 x64-128 once, MD5 ceil(k/4) times).
 //!
-//! Run: `cargo bench --bench hashing`
+//! Run: `cargo bench --bench hashing` (`-- positions_of_a_batch` for the batch path alone)
 
 use divan::{Bencher, black_box};
 use md5::{Digest, Md5};
@@ -45,4 +45,21 @@ fn digests_only<const K: usize>(b: Bencher, size: usize) {
         }
         black_box(acc)
     });
+}
+
+/// A request's worth: the k positions of 1,000 entities shaped like
+/// `solus bench`'s keys (`key:<12 digits>`), hashed together
+/// (`bit_positions_many`, the engine's batch path).
+#[divan::bench(consts = KS)]
+fn positions_of_a_batch<const K: usize>(b: Bencher) {
+    let entities: Vec<Vec<u8>> = (0..1000u64)
+        .map(|i| format!("key:{:012}", i * 7_919).into_bytes())
+        .collect();
+    let mut out = Vec::with_capacity(entities.len() * K);
+    b.counter(divan::counter::ItemsCount::new(entities.len()))
+        .bench_local(|| {
+            out.clear();
+            hashing::bit_positions_many(black_box(&entities), black_box(1_047_930), K, &mut out);
+            black_box(out.len())
+        });
 }
