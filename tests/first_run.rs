@@ -474,4 +474,40 @@ async fn bench_drives_a_server_to_the_count_asked() {
         assert_eq!(report["errors"], serde_json::json!({}), "{op}: {out}");
         assert!(report["entities_per_second"].as_f64().unwrap() > 0.0, "{op}: {out}");
     }
+    // Timed, as bench/outsider.sh runs it: stops at the deadline with whole batches and no failure.
+    let (ok, out, e) = solus(
+        &[
+            "bench",
+            "--addr",
+            &addr,
+            "--client",
+            "b",
+            "--deduper",
+            "d",
+            "--op",
+            "check",
+            "--batch",
+            "100",
+            "--concurrency",
+            "4",
+            "--duration",
+            "1",
+            "--key-space",
+            "1000000",
+            "--json",
+            "--quiet",
+        ],
+        &[],
+    )
+    .await;
+    assert!(ok, "{e}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|err| panic!("{err}: {out}"));
+    let (requests, entities) = (
+        report["requests"].as_u64().unwrap(),
+        report["entities"].as_u64().unwrap(),
+    );
+    assert!(requests > 0 && entities == requests * 100, "{out}");
+    assert_eq!(report["errors"], serde_json::json!({}), "{out}");
+    let seconds = report["seconds"].as_f64().unwrap();
+    assert!((0.9..5.0).contains(&seconds), "a 1 s run took {seconds} s: {out}");
 }
