@@ -439,9 +439,12 @@ async fn a_reader_that_leaves_early_ends_the_command_quietly() {
 async fn bench_drives_a_server_to_the_count_asked() {
     let server = SolusProcess::start(&[]).await;
     let addr = format!("127.0.0.1:{}", server.port);
-    for op in ["add-if-absent", "check", "add"] {
-        let (ok, out, e) = solus(
-            &[
+    // `solus bench` against the server, batches of 100, 4 in flight; `stop`
+    // is `--requests N` or `--duration S`. Its JSON report.
+    let bench = |op: &'static str, stop: [&'static str; 2]| {
+        let addr = addr.clone();
+        async move {
+            let args = [
                 "bench",
                 "--addr",
                 &addr,
@@ -457,57 +460,34 @@ async fn bench_drives_a_server_to_the_count_asked() {
                 "100",
                 "--concurrency",
                 "4",
-                "--requests",
-                "40",
+                stop[0],
+                stop[1],
                 "--key-space",
                 "1000000",
                 "--json",
                 "--quiet",
-            ],
-            &[],
-        )
-        .await;
-        assert!(ok, "{op}: {e}");
-        let report: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|err| panic!("{op}: {err}: {out}"));
-        assert_eq!(report["requests"], 40, "{op}: {out}");
-        assert_eq!(report["entities"], 4000, "{op}: {out}");
-        assert_eq!(report["errors"], serde_json::json!({}), "{op}: {out}");
-        assert!(report["entities_per_second"].as_f64().unwrap() > 0.0, "{op}: {out}");
+            ];
+            let (ok, out, e) = solus(&args, &[]).await;
+            assert!(ok, "{op}: {e}");
+            let report: serde_json::Value =
+                serde_json::from_str(&out).unwrap_or_else(|err| panic!("{op}: {err}: {out}"));
+            assert_eq!(report["errors"], serde_json::json!({}), "{op}: {out}");
+            report
+        }
+    };
+    for op in ["add-if-absent", "check", "add"] {
+        let report = bench(op, ["--requests", "40"]).await;
+        assert_eq!(report["requests"], 40, "{op}: {report}");
+        assert_eq!(report["entities"], 4000, "{op}: {report}");
+        assert!(report["entities_per_second"].as_f64().unwrap() > 0.0, "{op}: {report}");
     }
-    // Timed, as bench/outsider.sh runs it: stops at the deadline with whole batches and no failure.
-    let (ok, out, e) = solus(
-        &[
-            "bench",
-            "--addr",
-            &addr,
-            "--client",
-            "b",
-            "--deduper",
-            "d",
-            "--op",
-            "check",
-            "--batch",
-            "100",
-            "--concurrency",
-            "4",
-            "--duration",
-            "1",
-            "--key-space",
-            "1000000",
-            "--json",
-            "--quiet",
-        ],
-        &[],
-    )
-    .await;
-    assert!(ok, "{e}");
-    let report: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|err| panic!("{err}: {out}"));
+    // Timed, as bench/outsider.sh runs it: whole batches, stopped at the deadline.
+    let report = bench("check", ["--duration", "1"]).await;
     let (requests, entities) = (
         report["requests"].as_u64().unwrap(),
         report["entities"].as_u64().unwrap(),
     );
-    assert!(requests > 0 && entities == requests * 100, "{out}");
-    assert_eq!(report["errors"], serde_json::json!({}), "{out}");
+    assert!(requests > 0 && entities == requests * 100, "{report}");
     let seconds = report["seconds"].as_f64().unwrap();
-    assert!((0.9..5.0).contains(&seconds), "a 1 s run took {seconds} s: {out}");
+    assert!((0.9..5.0).contains(&seconds), "a 1 s run took {seconds} s: {report}");
 }
