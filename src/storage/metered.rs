@@ -82,6 +82,27 @@ impl Store for MeteredStore {
         Some(r)
     }
 
+    /// Timed as `write_bits` when it answers.
+    fn write_bits_now(&self, deduper: &Deduper, bits: &[BitAddr], expire_ms: i64) -> Option<Result<(), StorageError>> {
+        let start = Instant::now();
+        let r = self.inner.write_bits_now(deduper, bits, expire_ms)?;
+        metrics::storage_call("write_bits", r.is_ok(), start.elapsed());
+        Some(r)
+    }
+
+    /// Timed as `read_then_write_bits` (`read_and_write_bits`) when it answers.
+    fn read_then_write_bits_now(
+        &self,
+        deduper: &Deduper,
+        bits: &[BitAddr],
+        expire_ms: i64,
+    ) -> Option<Result<Vec<Cell>, StorageError>> {
+        let start = Instant::now();
+        let r = self.inner.read_then_write_bits_now(deduper, bits, expire_ms)?;
+        metrics::storage_call("read_and_write_bits", r.is_ok(), start.elapsed());
+        Some(r)
+    }
+
     fn write_bits(&self, deduper: &Deduper, bits: &[BitAddr], expire_ms: i64) -> Result<(), StorageError> {
         Self::timed("write_bits", || self.inner.write_bits(deduper, bits, expire_ms))
     }

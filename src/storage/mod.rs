@@ -173,9 +173,10 @@ pub trait Store: Send + Sync + 'static {
             .collect())
     }
 
-    /// Whether [`Store::entities_absent_now`] may answer: the engine hashes a
-    /// small read on an async worker only then. False by default; true for
-    /// the embedded store.
+    /// Whether [`Store::entities_absent_now`], [`Store::write_bits_now`] and
+    /// [`Store::read_then_write_bits_now`] may answer: the engine hashes a
+    /// small request on an async worker only then. False by default; true
+    /// for the embedded store.
     fn reads_from_memory(&self) -> bool {
         false
     }
@@ -226,6 +227,28 @@ pub trait Store: Send + Sync + 'static {
         expire_ms: i64,
     ) -> Result<Vec<Cell>, StorageError> {
         self.read_and_write_bits(deduper, bits, expire_ms, &mut |_: &[Cell]| Ok(()))
+    }
+
+    /// [`Store::write_bits`] when this backend can do it at once, without
+    /// waiting on a lock or a disk; `None` (nothing written) when it
+    /// cannot, and the caller writes with `write_bits` on a blocking thread
+    /// instead. The engine calls it on an async worker for small writes of
+    /// a store that [`Store::reads_from_memory`]. Default `None`.
+    fn write_bits_now(&self, deduper: &Deduper, bits: &[BitAddr], expire_ms: i64) -> Option<Result<(), StorageError>> {
+        let _ = (deduper, bits, expire_ms);
+        None
+    }
+
+    /// [`Store::read_then_write_bits`] under the terms of
+    /// [`Store::write_bits_now`]. Default `None`.
+    fn read_then_write_bits_now(
+        &self,
+        deduper: &Deduper,
+        bits: &[BitAddr],
+        expire_ms: i64,
+    ) -> Option<Result<Vec<Cell>, StorageError>> {
+        let _ = (deduper, bits, expire_ms);
+        None
     }
 
     /// Whether other processes may read and change this store's configs

@@ -26,7 +26,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard, TryLockError};
 
 const FRAME_HEADER: usize = 8;
 
@@ -94,6 +94,15 @@ impl From<io::Error> for OpenError {
     fn from(e: io::Error) -> Self {
         OpenError::Io(e)
     }
+}
+
+/// `payload` framed: length, checksum, payload.
+fn frame(payload: &[u8]) -> Vec<u8> {
+    let mut frame = Vec::with_capacity(FRAME_HEADER + payload.len());
+    frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    frame.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+    frame.extend_from_slice(payload);
+    frame
 }
 
 fn open_new(dir: &Path, generation: u64) -> io::Result<File> {
@@ -184,12 +193,25 @@ impl Journal {
     /// Appends one record; with `fsync`, `fdatasync`s it before returning.
     /// Errors: the I/O error (the record then counts as never written).
     pub fn append(&self, payload: &[u8]) -> io::Result<()> {
-        let mut frame = Vec::with_capacity(FRAME_HEADER + payload.len());
-        frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-        frame.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
-        frame.extend_from_slice(payload);
-        let mut c = self.current.lock().unwrap_or_else(|p| p.into_inner());
-        c.file.write_all_at(&frame, c.len)?;
+        let frame = frame(payload);
+        let c = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        self.append_locked(c, &frame)
+    }
+
+    /// [`Journal::append`] unless another append (or a switch) holds the
+    /// file: then `None`, and nothing was written.
+    pub fn try_append(&self, payload: &[u8]) -> Option<io::Result<()>> {
+        let frame = frame(payload);
+        let c = match self.current.try_lock() {
+            Ok(c) => c,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return None,
+        };
+        Some(self.append_locked(c, &frame))
+    }
+
+    fn append_locked(&self, mut c: MutexGuard<'_, Current>, frame: &[u8]) -> io::Result<()> {
+        c.file.write_all_at(frame, c.len)?;
         if self.fsync
             && let Err(e) = c.file.sync_data()
         {
@@ -200,6 +222,12 @@ impl Journal {
         }
         c.len += frame.len() as u64;
         Ok(())
+    }
+
+    /// Holds the file as an append does (tests: another write appending).
+    #[cfg(test)]
+    pub fn hold(&self) -> MutexGuard<'_, impl Sized> {
+        self.current.lock().unwrap()
     }
 
     /// Moves writers to a new generation; returns the first generation that

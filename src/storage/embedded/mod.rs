@@ -168,15 +168,25 @@ impl Entry {
 
     /// The filter, after lengthening its ticks when `expire_ms` does not
     /// fit them at `now_ms` or the deduper's expiry grew past them.
-    fn filter_for(&self, deduper: &Deduper, expire_ms: i64, now_ms: i64) -> RwLockReadGuard<'_, Filter> {
+    /// `None` with [`Wait::No`] when that needs a wait or a lengthening.
+    fn filter_for(
+        &self,
+        wait: Wait,
+        deduper: &Deduper,
+        expire_ms: i64,
+        now_ms: i64,
+    ) -> Option<RwLockReadGuard<'_, Filter>> {
         let want = |f: &Filter| {
             let fit = tick_ms_for((expire_ms.saturating_sub(now_ms).max(0) as u64).div_ceil(1000));
             tick_ms_for(deduper.expiry_seconds).max(if f.fits(expire_ms, now_ms) { 0 } else { fit })
         };
         {
-            let f = self.filter();
+            let f = read_lock(&self.filter, wait)?;
             if want(&f) <= f.tick_ms() {
-                return f;
+                return Some(f);
+            }
+            if wait == Wait::No {
+                return None;
             }
         }
         let mut f = self.filter.write().unwrap_or_else(|p| p.into_inner());
@@ -192,7 +202,7 @@ impl Entry {
             *f = f.retick(&deduper.geometry, tick_ms, now_ms);
         }
         drop(f);
-        self.filter()
+        Some(self.filter())
     }
 }
 
@@ -386,8 +396,30 @@ impl EmbeddedStore {
         expire_ms: i64,
         read: Read<'_, '_>,
     ) -> Result<Vec<Cell>, StorageError> {
+        self.write_in(Wait::Yes, deduper, bits, expire_ms, read)
+            .unwrap_or_else(|| Err(unavailable("a waiting write gave way")))
+    }
+
+    /// [`EmbeddedStore::write`]; with [`Wait::No`], `None` instead of any
+    /// wait longer than a stripe's (see [`Wait`]), before anything was
+    /// journaled or raised.
+    fn write_in(
+        &self,
+        wait: Wait,
+        deduper: &Deduper,
+        bits: &[BitAddr],
+        expire_ms: i64,
+        read: Read<'_, '_>,
+    ) -> Option<Result<Vec<Cell>, StorageError>> {
         let inner = &self.inner;
-        let entry = inner.entry(deduper)?;
+        // A synced append waits on the disk: never on an async worker.
+        if wait == Wait::No && (inner.config.fsync || matches!(read, Read::Before(_))) {
+            return None;
+        }
+        let entry = match inner.entry_in_wait(wait, deduper)? {
+            Ok(entry) => entry,
+            Err(e) => return Some(Err(e)),
+        };
         let now = now_ms();
         // Encoded before the lock: it does not depend on the read.
         let record = codec::encode_write(
@@ -397,9 +429,12 @@ impl EmbeddedStore {
         );
         // Fused: shared, then a stripe per run of one shard (below); Before:
         // exclusive over the whole read-then-write.
-        let _shared = matches!(read, Read::Fused).then(|| entry.rmw.read().unwrap_or_else(|p| p.into_inner()));
+        let _shared = match read {
+            Read::Fused => Some(read_lock(&entry.rmw, wait)?),
+            _ => None,
+        };
         let _exclusive = matches!(read, Read::Before(_)).then(|| entry.rmw.write().unwrap_or_else(|p| p.into_inner()));
-        let filter = entry.filter_for(deduper, expire_ms, now);
+        let filter = entry.filter_for(wait, deduper, expire_ms, now)?;
         let (tick, now_tick) = (filter.tick_of(expire_ms), filter.now_tick(now));
         let mut cells = Vec::new();
         let fused = matches!(read, Read::Fused);
@@ -414,16 +449,24 @@ impl EmbeddedStore {
                 }
                 cells.push(cell_of(filter.get_expire_ms(a.shard, a.bit)));
             }
-            before_write(&cells)?;
+            if let Err(e) = before_write(&cells) {
+                return Some(Err(e));
+            }
         }
         let len = record.len() as u64;
-        inner.with_write(|h| {
-            let _commit = inner.commit.read().unwrap_or_else(|p| p.into_inner());
+        let written = inner.with_write_in(wait, |h| {
             let _ = h; // held for the store's failure tracking
-            inner
-                .journal()?
-                .append(&record)
-                .map_err(|e| unavailable(format!("appending to the journal: {e}")))?;
+            let Some(_commit) = read_lock(&inner.commit, wait) else {
+                return Ok(None);
+            };
+            let appended = match wait {
+                Wait::Yes => Some(inner.journal()?.append(&record)),
+                Wait::No => inner.journal()?.try_append(&record),
+            };
+            let Some(appended) = appended else {
+                return Ok(None);
+            };
+            appended.map_err(|e| unavailable(format!("appending to the journal: {e}")))?;
             let mut stripe: Option<(u32, std::sync::MutexGuard<'_, ()>)> = None;
             for (i, a) in bits.iter().enumerate() {
                 if let Some(ahead) = bits.get(i + PREFETCH_AHEAD) {
@@ -445,14 +488,17 @@ impl EmbeddedStore {
                     filter.raise(a.shard, a.bit, tick, now_tick).map_err(too_far)?;
                 }
             }
-            Ok(())
-        })?;
+            Ok(Some(()))
+        });
+        if let Err(e) = written? {
+            return Some(Err(e));
+        }
         let before = inner.journal_bytes.fetch_add(len, Ordering::Relaxed);
         // Let the checkpoint weigh its trigger every 4 MiB of journal.
         if (before + len) >> 22 != before >> 22 {
             inner.wake.notify_one();
         }
-        Ok(cells)
+        Some(Ok(cells))
     }
 
     fn put_meta(h: &Handles, deduper: &Deduper) -> Result<(), StorageError> {
@@ -476,6 +522,27 @@ enum Read<'a, 'b> {
 /// Size of the health probe's write after a failed write, in bytes: about
 /// the journal record of a 10,000-entity request at k = 25.
 const PROBE_BYTES: usize = 1 << 20;
+
+/// Whether a write may wait for locks and I/O (on a blocking thread) or
+/// must give way instead (on an async worker, where a wait stops every
+/// other connection the worker serves). Giving way covers the locks a
+/// checkpoint, a reopen, a create or delete, or a longer tick hold
+/// exclusively, the journal's file while another write appends, and a
+/// synced append; a stripe is still waited for, as its holder only raises
+/// stamps in memory.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Wait {
+    Yes,
+    No,
+}
+
+/// `lock` read-locked: waiting for it, or only if that needs no wait.
+fn read_lock<T>(lock: &RwLock<T>, wait: Wait) -> Option<RwLockReadGuard<'_, T>> {
+    match wait {
+        Wait::Yes => Some(lock.read().unwrap_or_else(|p| p.into_inner())),
+        Wait::No => read_now(lock),
+    }
+}
 
 /// `lock` read-locked if that needs no wait (poisoned or not, as the
 /// store's other reads take it); `None` while a writer holds or awaits it.
@@ -579,24 +646,54 @@ impl Inner {
     /// call failed. An `Unavailable` from `f` marks the store broken, so the
     /// next call reopens. Errors: `Unavailable` while fjall cannot be reopened.
     fn with_fjall<T>(&self, f: impl FnOnce(&Handles) -> Result<T, StorageError>) -> Result<T, StorageError> {
-        let guard = self.handles()?;
+        self.with_fjall_in(Wait::Yes, f)
+            .unwrap_or_else(|| Err(unavailable("a waiting call gave way")))
+    }
+
+    /// [`Inner::with_fjall`]; with [`Wait::No`], `None` instead of waiting
+    /// for the handles or reopening them.
+    fn with_fjall_in<T>(
+        &self,
+        wait: Wait,
+        f: impl FnOnce(&Handles) -> Result<T, StorageError>,
+    ) -> Option<Result<T, StorageError>> {
+        let guard = match self.handles(wait)? {
+            Ok(guard) => guard,
+            Err(e) => return Some(Err(e)),
+        };
         let Some(h) = guard.as_ref() else {
             self.broken.store(true, Ordering::SeqCst);
-            return Err(unavailable(
+            return Some(Err(unavailable(
                 "the store is closed after a failure; reopening on the next call",
-            ));
+            )));
         };
         let r = f(h);
         if matches!(r, Err(StorageError::Unavailable(_))) {
             self.broken.store(true, Ordering::SeqCst);
         }
-        r
+        Some(r)
     }
 
     /// As [`Inner::with_fjall`] for a write: also records whether writes
     /// currently fail, for `ping`.
     fn with_write<T>(&self, f: impl FnOnce(&Handles) -> Result<T, StorageError>) -> Result<T, StorageError> {
-        let r = self.with_fjall(f);
+        self.with_write_in(Wait::Yes, |h| f(h).map(Some))
+            .unwrap_or_else(|| Err(unavailable("a waiting write gave way")))
+    }
+
+    /// [`Inner::with_write`]; `None` when the handles gave way ([`Wait::No`])
+    /// or `f` did (`Ok(None)`: it wrote nothing, so the failure tracking
+    /// is left as it was).
+    fn with_write_in<T>(
+        &self,
+        wait: Wait,
+        f: impl FnOnce(&Handles) -> Result<Option<T>, StorageError>,
+    ) -> Option<Result<T, StorageError>> {
+        let r = match self.with_fjall_in(wait, f)? {
+            Ok(None) => return None,
+            Ok(Some(v)) => Ok(v),
+            Err(e) => Err(e),
+        };
         match &r {
             Ok(_) => self.write_failed.store(false, Ordering::SeqCst),
             Err(StorageError::Unavailable(e)) => {
@@ -606,15 +703,21 @@ impl Inner {
             }
             Err(_) => {}
         }
-        r
+        Some(r)
     }
 
-    /// The handles, after reopening fjall if a call failed.
-    fn handles(&self) -> Result<RwLockReadGuard<'_, Option<Handles>>, StorageError> {
+    /// The handles, after reopening fjall if a call failed; `None` with
+    /// [`Wait::No`] when that needs a reopen or a wait.
+    fn handles(&self, wait: Wait) -> Option<Result<RwLockReadGuard<'_, Option<Handles>>, StorageError>> {
         if self.broken.load(Ordering::SeqCst) {
-            self.reopen()?;
+            if wait == Wait::No {
+                return None;
+            }
+            if let Err(e) = self.reopen() {
+                return Some(Err(e));
+            }
         }
-        Ok(self.fjall.read().unwrap_or_else(|p| p.into_inner()))
+        read_lock(&self.fjall, wait).map(Ok)
     }
 
     /// Closes and reopens fjall (it refuses every write after one failed).
@@ -658,7 +761,12 @@ impl Inner {
 
     /// [`Inner::entry`], or `None` while the map is locked for a change.
     fn try_entry(&self, deduper: &Deduper) -> Option<Result<Arc<Entry>, StorageError>> {
-        Some(Self::entry_in(&*read_now(&self.entries)?, deduper))
+        self.entry_in_wait(Wait::No, deduper)
+    }
+
+    /// [`Inner::entry`]; with [`Wait::No`], `None` while the map is locked.
+    fn entry_in_wait(&self, wait: Wait, deduper: &Deduper) -> Option<Result<Arc<Entry>, StorageError>> {
+        Some(Self::entry_in(&*read_lock(&self.entries, wait)?, deduper))
     }
 
     fn entry_in(entries: &HashMap<Vec<u8>, Arc<Entry>>, deduper: &Deduper) -> Result<Arc<Entry>, StorageError> {
@@ -755,6 +863,22 @@ impl Store for EmbeddedStore {
 
     fn write_bits(&self, deduper: &Deduper, bits: &[BitAddr], expire_ms: i64) -> Result<(), StorageError> {
         self.write(deduper, bits, expire_ms, Read::No).map(drop)
+    }
+
+    /// `None` with `fsync` on, and while a lock it needs is held for a
+    /// change or the journal's file for another append (see [`Wait`]).
+    fn write_bits_now(&self, deduper: &Deduper, bits: &[BitAddr], expire_ms: i64) -> Option<Result<(), StorageError>> {
+        Some(self.write_in(Wait::No, deduper, bits, expire_ms, Read::No)?.map(drop))
+    }
+
+    /// As `write_bits_now`.
+    fn read_then_write_bits_now(
+        &self,
+        deduper: &Deduper,
+        bits: &[BitAddr],
+        expire_ms: i64,
+    ) -> Option<Result<Vec<Cell>, StorageError>> {
+        self.write_in(Wait::No, deduper, bits, expire_ms, Read::Fused)
     }
 
     /// Atomic against other `read_and_write_bits` of the same deduper:

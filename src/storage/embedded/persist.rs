@@ -327,7 +327,9 @@ fn raise_replayed(entry: &Entry, d: &Deduper, bits: &[BitAddr], secs: u32, now: 
         return;
     }
     // One filter lookup per record, not per bit: replay is start-up time.
-    let filter = entry.filter_for(d, expire, now);
+    let Some(filter) = entry.filter_for(super::Wait::Yes, d, expire, now) else {
+        return; // a waiting lookup always answers
+    };
     let (tick, now_tick) = (filter.tick_of(expire), filter.now_tick(now));
     for a in bits {
         let _ = filter.raise(a.shard, a.bit, tick, now_tick);

@@ -43,6 +43,121 @@ fn reads_now_give_way_to_a_locked_map_or_filter() {
     assert!(matches!(e, StorageError::Precondition(_)), "{e:?}");
 }
 
+/// The async worker's writes (`write_bits_now`, `read_then_write_bits_now`)
+/// write while nothing is held, and give way - `None`, with nothing
+/// journaled or raised - while anything they need is held for more than
+/// a moment: the map of dedupers, the filter, a read-all-then-write, the
+/// checkpoint's switch, the journal's file (another write appending), a
+/// broken store awaiting its reopen; and always with `fsync`, or when the
+/// expiry needs longer ticks. The waiting write then does the work.
+#[test]
+fn writes_now_give_way_and_leave_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = EmbeddedStore::open(EmbeddedConfig {
+        path: dir.path().to_path_buf(),
+        ..EmbeddedConfig::default()
+    })
+    .unwrap();
+    let g = Geometry {
+        hash_functions: 2,
+        shards: 2,
+        bits_per_shard: 100,
+    };
+    let d = Deduper::new("c", "d", g, 3_600, Level::Global, 0);
+    store.create_deduper(&d).unwrap();
+    let now = now_ms();
+    let expire = now + 60_000;
+    let mut next = 0;
+    let mut fresh = || {
+        next += 2;
+        [
+            BitAddr { shard: 1, bit: next },
+            BitAddr {
+                shard: 1,
+                bit: next + 1,
+            },
+        ]
+    };
+    let unset = |bits: &[BitAddr]| store.read_bits(&d, bits).unwrap().iter().all(|c| c.expire_ms.is_none());
+    let journal = || store.inner.journal_bytes.load(Ordering::Relaxed);
+
+    let bits = fresh();
+    let cells = store.read_then_write_bits_now(&d, &bits, expire).unwrap().unwrap();
+    assert!(cells.iter().all(|c| c.expire_ms.is_none()), "{cells:?}");
+    let cells = store.read_then_write_bits_now(&d, &bits, expire).unwrap().unwrap();
+    assert!(cells.iter().all(|c| c.is_set(now)), "{cells:?}");
+    let bits = fresh();
+    assert!(store.write_bits_now(&d, &bits, expire).unwrap().is_ok());
+    assert!(!unset(&bits));
+
+    let entry = store.inner.entry(&d).unwrap();
+    let gives_way = |why: &str, bits: [BitAddr; 2], expire: i64| {
+        let before = journal();
+        assert!(
+            store.read_then_write_bits_now(&d, &bits, expire).is_none(),
+            "wrote with {why}"
+        );
+        assert!(store.write_bits_now(&d, &bits, expire).is_none(), "added with {why}");
+        assert_eq!(journal(), before, "journaled with {why}");
+    };
+    {
+        let _held = store.inner.entries.write().unwrap();
+        gives_way("the map of dedupers locked", fresh(), expire);
+    }
+    {
+        let _held = entry.filter.write().unwrap();
+        gives_way("the filter locked", fresh(), expire);
+    }
+    let bits = fresh();
+    {
+        // Only the fused read-and-raise shares this lock; a plain add needs it not.
+        let _held = entry.rmw.write().unwrap();
+        assert!(store.read_then_write_bits_now(&d, &bits, expire).is_none());
+    }
+    assert!(unset(&bits), "raised behind a read-all-then-write");
+    let bits = fresh();
+    {
+        let _held = store.inner.commit.write().unwrap();
+        gives_way("the checkpoint switching journals", bits, expire);
+    }
+    assert!(unset(&bits));
+    let bits = fresh();
+    {
+        let _held = store.inner.journal().unwrap().hold();
+        gives_way("another write appending", bits, expire);
+    }
+    assert!(unset(&bits));
+    let bits = fresh();
+    store.inner.broken.store(true, Ordering::SeqCst);
+    gives_way("the store awaiting its reopen", bits, expire);
+    // The waiting write reopens and writes.
+    store.write_bits(&d, &bits, expire).unwrap();
+    assert!(!unset(&bits));
+    // 300 ticks of 29 s ahead: longer than 255 ticks, so the ticks must grow.
+    let bits = fresh();
+    gives_way("an expiry past the filter's ticks", bits, now + 300 * 29_000);
+    assert!(unset(&bits));
+    assert!(store.read_then_write_bits_now(&d, &fresh(), expire).is_some());
+    drop(store);
+
+    let synced = EmbeddedStore::open(EmbeddedConfig {
+        path: dir.path().to_path_buf(),
+        fsync: true,
+        ..EmbeddedConfig::default()
+    })
+    .unwrap();
+    assert!(
+        synced
+            .read_then_write_bits_now(&d, &[BitAddr { shard: 0, bit: 1 }], expire)
+            .is_none()
+    );
+    assert!(
+        synced
+            .write_bits_now(&d, &[BitAddr { shard: 0, bit: 1 }], expire)
+            .is_none()
+    );
+}
+
 /// The checkpoint's trigger: due once the journal holds half the bytes of
 /// the changed pages (page writes <= 2 bytes per journal byte) and the
 /// interval passed; early only once it holds half the filters' full size
