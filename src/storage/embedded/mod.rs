@@ -20,6 +20,11 @@
 //! (and, with `fsync`, synced): a write that fails leaves no bit raised, so
 //! a client told `UNAVAILABLE` never sees its entities reported present.
 //!
+//! Small writes run on the async worker that received them, without the
+//! blocking pool's two thread hops, unless they would wait: for a lock
+//! held for a change, for the journal's file, or for a disk (`fsync`). See
+//! [`Wait`].
+//!
 //! Healing: fjall refuses every write after one failed (`Poisoned`). When a
 //! call fails, the store marks itself broken and the next call (or the
 //! health probe) reopens fjall - the in-memory bits stay, fjall replays its
@@ -27,8 +32,9 @@
 //! (a full disk, say) is gone. `ping` reports the last write's failure until
 //! a probe write succeeds again.
 //!
-//! Durability: fjall hands every journal append to the OS before we return,
-//! so an acknowledged write survives `kill -9` of the process. With
+//! Durability: every journal record is handed to the OS (one `pwrite`)
+//! before we return, so an acknowledged write survives `kill -9` of the
+//! process. With
 //! `fsync = true` each write is also `fdatasync`ed before it is acknowledged,
 //! so it survives power loss / an OS crash too.
 
