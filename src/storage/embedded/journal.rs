@@ -97,7 +97,7 @@ impl From<io::Error> for OpenError {
 }
 
 /// `payload` framed: length, checksum, payload.
-fn frame(payload: &[u8]) -> Vec<u8> {
+pub(super) fn frame(payload: &[u8]) -> Vec<u8> {
     let mut frame = Vec::with_capacity(FRAME_HEADER + payload.len());
     frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
     frame.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
