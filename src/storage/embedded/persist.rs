@@ -331,7 +331,11 @@ fn raise_replayed(entry: &Entry, d: &Deduper, bits: &[BitAddr], secs: u32, now: 
         return; // a waiting lookup always answers
     };
     let (tick, now_tick) = (filter.tick_of(expire), filter.now_tick(now));
-    for a in bits {
+    for (i, a) in bits.iter().enumerate() {
+        // Each raise is a cache miss: overlap them, as writes do.
+        if let Some(ahead) = bits.get(i + super::PREFETCH_AHEAD) {
+            filter.prefetch(ahead.shard, ahead.bit);
+        }
         let _ = filter.raise(a.shard, a.bit, tick, now_tick);
     }
 }
