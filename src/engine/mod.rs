@@ -161,11 +161,11 @@ const INLINE_READ_BITS: usize = 1 << 16;
 /// blocking pool however few addresses they make.
 const INLINE_READ_BYTES: usize = 256 << 10;
 /// Largest write, in bit addresses, that may run on the async worker
-/// ([`Store::read_then_write_bits_now`]): a raise and its journal bytes cost
-/// about three times a read's, so a quarter of [`INLINE_READ_BITS`] keeps
-/// the worker's pause about the same. On 2 cores, `AddIfAbsent` at 1,000
-/// entities (k = 7) ran 15-35% faster there than through the pool, with a
-/// third of the context switches (docs/benchmarks.md).
+/// ([`Store::write_bits_now`], [`Store::read_then_write_bits_now`]): about
+/// 2 ms of a core (2,340 entities at k = 7, at about 0.9 us of server CPU
+/// each), the pause [`INLINE_READ_BITS`] allows reads. On 2 cores,
+/// `AddIfAbsent` at 1,000 entities ran 22-35% faster there than through
+/// the pool, with a third of the context switches (docs/benchmarks.md).
 const INLINE_WRITE_BITS: usize = INLINE_READ_BITS / 4;
 
 /// (client id, deduper name).
