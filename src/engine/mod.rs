@@ -735,7 +735,7 @@ impl Engine {
         read: bool,
     ) -> Option<Result<Vec<bool>, EngineError>> {
         let k = d.geometry.hash_functions as usize;
-        if !self.store.reads_from_memory()
+        if !self.store.writes_to_memory()
             || !d.generations.is_empty()
             || entities.len() * k > INLINE_WRITE_BITS
             || entities.iter().map(|e| e.as_ref().len()).sum::<usize>() > INLINE_READ_BYTES
@@ -747,16 +747,24 @@ impl Engine {
             Ok(expire) => expire,
             Err(e) => return Some(Err(e)),
         };
-        let plan = Plan::for_store(self.store.bit_order(), true, d, entities);
-        if !read {
-            let written = self.store.write_bits_now(d, &plan.addrs, expire)?;
-            return Some(written.map(|()| Vec::new()).map_err(EngineError::from));
-        }
-        let cells = match self.store.read_then_write_bits_now(d, &plan.addrs, expire)? {
-            Ok(cells) => cells,
-            Err(e) => return Some(Err(e.into())),
-        };
-        Some(check_len(&cells, &plan).map(|()| answer_of(&plan, entities.len(), &cells, now)))
+        // A panic fails this request only, as on the blocking pool.
+        let written = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let plan = Plan::for_store(self.store.bit_order(), true, d, entities);
+            if !read {
+                let written = self.store.write_bits_now(d, &plan.addrs, expire)?;
+                return Some(written.map(|()| Vec::new()).map_err(EngineError::from));
+            }
+            let cells = match self.store.read_then_write_bits_now(d, &plan.addrs, expire)? {
+                Ok(cells) => cells,
+                Err(e) => return Some(Err(e.into())),
+            };
+            Some(check_len(&cells, &plan).map(|()| answer_of(&plan, entities.len(), &cells, now)))
+        }));
+        written.unwrap_or_else(|_| {
+            Some(Err(EngineError::Storage(StorageError::Unavailable(
+                "storage task failed: it panicked".into(),
+            ))))
+        })
     }
 
     /// What `Add` and `AddIfAbsent` check before storage: entities, the

@@ -68,6 +68,10 @@ impl Store for MeteredStore {
         self.inner.reads_from_memory()
     }
 
+    fn writes_to_memory(&self) -> bool {
+        self.inner.writes_to_memory()
+    }
+
     /// Timed as `read_bits` when it answers.
     fn entities_absent_now(
         &self,

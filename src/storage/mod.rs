@@ -173,11 +173,18 @@ pub trait Store: Send + Sync + 'static {
             .collect())
     }
 
-    /// Whether [`Store::entities_absent_now`], [`Store::write_bits_now`] and
-    /// [`Store::read_then_write_bits_now`] may answer: the engine hashes a
-    /// small request on an async worker only then. False by default; true
-    /// for the embedded store.
+    /// Whether [`Store::entities_absent_now`] may answer: the engine hashes a
+    /// small read on an async worker only then. False by default; true for
+    /// the embedded store.
     fn reads_from_memory(&self) -> bool {
+        false
+    }
+
+    /// Whether [`Store::write_bits_now`] and
+    /// [`Store::read_then_write_bits_now`] may answer at all: the engine
+    /// hashes a small write on an async worker only then. False by
+    /// default; true for the embedded store unless it syncs every write.
+    fn writes_to_memory(&self) -> bool {
         false
     }
 
@@ -233,7 +240,7 @@ pub trait Store: Send + Sync + 'static {
     /// waiting on a lock or a disk; `None` (nothing written) when it
     /// cannot, and the caller writes with `write_bits` on a blocking thread
     /// instead. The engine calls it on an async worker for small writes of
-    /// a store that [`Store::reads_from_memory`]. Default `None`.
+    /// a store that [`Store::writes_to_memory`]. Default `None`.
     fn write_bits_now(&self, deduper: &Deduper, bits: &[BitAddr], expire_ms: i64) -> Option<Result<(), StorageError>> {
         let _ = (deduper, bits, expire_ms);
         None

@@ -230,6 +230,12 @@ impl Journal {
         self.current.lock().unwrap()
     }
 
+    /// End of the valid frames of the current file, in bytes (tests).
+    #[cfg(test)]
+    pub fn end(&self) -> u64 {
+        self.current.lock().unwrap().len
+    }
+
     /// Moves writers to a new generation; returns the first generation that
     /// must stay (pass it to [`Journal::drop_before`] once the pages are
     /// saved). Errors: the I/O error (writers stay where they were).

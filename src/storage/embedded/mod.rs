@@ -22,8 +22,8 @@
 //!
 //! Small writes run on the async worker that received them, without the
 //! blocking pool's two thread hops, unless they would wait: for a lock
-//! held for a change, for the journal's file, or for a disk (`fsync`). See
-//! [`Wait`].
+//! held for a change, for the journal's file, or for a disk (`fsync`, or
+//! appends the OS has lately been slowing). See [`Wait`].
 //!
 //! Healing: fjall refuses every write after one failed (`Poisoned`). When a
 //! call fails, the store marks itself broken and the next call (or the
@@ -51,7 +51,7 @@ mod requests;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard, TryLockError};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -284,6 +284,9 @@ struct Inner {
     /// The write journal, opened by the recovery that replays it.
     journal: std::sync::OnceLock<journal::Journal>,
     journal_bytes: AtomicU64,
+    /// Until when (ms since the Unix epoch) writes keep off the async
+    /// workers: set by an append that took [`SLOW_APPEND`] or longer.
+    slow_disk_until_ms: AtomicI64,
     /// Journal records found damaged and skipped at start-up.
     unreadable_journal_records: AtomicU64,
     /// The legacy `pages` keyspace had pages at start-up: empty it once
@@ -321,6 +324,7 @@ impl EmbeddedStore {
             meta_lock: Mutex::new(0),
             journal: std::sync::OnceLock::new(),
             journal_bytes: AtomicU64::new(0),
+            slow_disk_until_ms: AtomicI64::new(0),
             unreadable_journal_records: AtomicU64::new(0),
             legacy_pages: AtomicBool::new(false),
             checkpoint_lock: Mutex::new(()),
@@ -418,8 +422,13 @@ impl EmbeddedStore {
         read: Read<'_, '_>,
     ) -> Option<Result<Vec<Cell>, StorageError>> {
         let inner = &self.inner;
-        // A synced append waits on the disk: never on an async worker.
-        if wait == Wait::No && (inner.config.fsync || matches!(read, Read::Before(_))) {
+        // A synced append waits on the disk, and so may any append while the
+        // OS throttles writers: neither on an async worker.
+        if wait == Wait::No
+            && (inner.config.fsync
+                || matches!(read, Read::Before(_))
+                || now_ms() < inner.slow_disk_until_ms.load(Ordering::Relaxed))
+        {
             return None;
         }
         let entry = match inner.entry_in_wait(wait, deduper)? {
@@ -465,6 +474,7 @@ impl EmbeddedStore {
             let Some(_commit) = read_lock(&inner.commit, wait) else {
                 return Ok(None);
             };
+            let started = std::time::Instant::now();
             let appended = match wait {
                 Wait::Yes => Some(inner.journal()?.append(&record)),
                 Wait::No => inner.journal()?.try_append(&record),
@@ -472,6 +482,11 @@ impl EmbeddedStore {
             let Some(appended) = appended else {
                 return Ok(None);
             };
+            if started.elapsed() >= SLOW_APPEND {
+                inner
+                    .slow_disk_until_ms
+                    .store(now_ms().saturating_add(SLOW_DISK_BACKOFF_MS), Ordering::Relaxed);
+            }
             appended.map_err(|e| unavailable(format!("appending to the journal: {e}")))?;
             let mut stripe: Option<(u32, std::sync::MutexGuard<'_, ()>)> = None;
             for (i, a) in bits.iter().enumerate() {
@@ -525,6 +540,14 @@ enum Read<'a, 'b> {
     Fused,
 }
 
+/// An append this slow (a page-cache copy takes microseconds) means the OS
+/// is making writers wait - dirty-page throttling, a busy filesystem
+/// journal: writes then keep off the async workers for
+/// [`SLOW_DISK_BACKOFF_MS`], so such waits stall a blocking thread, not
+/// every connection of a worker.
+const SLOW_APPEND: Duration = Duration::from_millis(2);
+const SLOW_DISK_BACKOFF_MS: i64 = 1_000;
+
 /// Size of the health probe's write after a failed write, in bytes: about
 /// the journal record of a 10,000-entity request at k = 25.
 const PROBE_BYTES: usize = 1 << 20;
@@ -533,9 +556,10 @@ const PROBE_BYTES: usize = 1 << 20;
 /// must give way instead (on an async worker, where a wait stops every
 /// other connection the worker serves). Giving way covers the locks a
 /// checkpoint, a reopen, a create or delete, or a longer tick hold
-/// exclusively, the journal's file while another write appends, and a
-/// synced append; a stripe is still waited for, as its holder only raises
-/// stamps in memory.
+/// exclusively, the journal's file while another write appends, a synced
+/// append, and any append for a while after a slow one ([`SLOW_APPEND`]);
+/// a stripe is still waited for, as its holder only raises stamps in
+/// memory.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Wait {
     Yes,
@@ -849,6 +873,12 @@ impl Store for EmbeddedStore {
     /// Bits live in memory: reads need no I/O.
     fn reads_from_memory(&self) -> bool {
         true
+    }
+
+    /// Unless every write is synced (`fsync`), a write is a raise in memory
+    /// and an append the OS buffers.
+    fn writes_to_memory(&self) -> bool {
+        !self.inner.config.fsync
     }
 
     /// `None` while the map of dedupers or this deduper's filter is locked
