@@ -27,6 +27,7 @@ use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, TryLockError};
+use std::time::{Duration, Instant};
 
 const FRAME_HEADER: usize = 8;
 
@@ -42,6 +43,9 @@ pub struct Journal {
     dir: PathBuf,
     fsync: bool,
     current: Mutex<Current>,
+    /// Tests: every append's write takes this much longer (ms).
+    #[cfg(test)]
+    pub stall_ms: std::sync::atomic::AtomicU64,
 }
 
 fn file_of(dir: &Path, generation: u64) -> PathBuf {
@@ -165,6 +169,8 @@ impl Journal {
                 file,
                 len: 0,
             }),
+            #[cfg(test)]
+            stall_ms: std::sync::atomic::AtomicU64::new(0),
         };
         if !salvaged.is_empty() {
             for record in salvaged.iter().flat_map(|(_, r)| r) {
@@ -191,8 +197,9 @@ impl Journal {
     }
 
     /// Appends one record; with `fsync`, `fdatasync`s it before returning.
+    /// Returns how long the write itself took (not the wait for the file).
     /// Errors: the I/O error (the record then counts as never written).
-    pub fn append(&self, payload: &[u8]) -> io::Result<()> {
+    pub fn append(&self, payload: &[u8]) -> io::Result<Duration> {
         let frame = frame(payload);
         let c = self.current.lock().unwrap_or_else(|p| p.into_inner());
         self.append_locked(c, &frame)
@@ -200,7 +207,7 @@ impl Journal {
 
     /// [`Journal::append`] unless another append (or a switch) holds the
     /// file: then `None`, and nothing was written.
-    pub fn try_append(&self, payload: &[u8]) -> Option<io::Result<()>> {
+    pub fn try_append(&self, payload: &[u8]) -> Option<io::Result<Duration>> {
         let frame = frame(payload);
         let c = match self.current.try_lock() {
             Ok(c) => c,
@@ -210,8 +217,13 @@ impl Journal {
         Some(self.append_locked(c, &frame))
     }
 
-    fn append_locked(&self, mut c: MutexGuard<'_, Current>, frame: &[u8]) -> io::Result<()> {
+    fn append_locked(&self, mut c: MutexGuard<'_, Current>, frame: &[u8]) -> io::Result<Duration> {
+        let started = Instant::now();
         c.file.write_all_at(frame, c.len)?;
+        #[cfg(test)]
+        std::thread::sleep(Duration::from_millis(
+            self.stall_ms.load(std::sync::atomic::Ordering::Relaxed),
+        ));
         if self.fsync
             && let Err(e) = c.file.sync_data()
         {
@@ -221,7 +233,7 @@ impl Journal {
             return Err(e);
         }
         c.len += frame.len() as u64;
-        Ok(())
+        Ok(started.elapsed())
     }
 
     /// Holds the file as an append does (tests: another write appending).
@@ -350,7 +362,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let j = open(dir.path());
         let records: Vec<Vec<u8>> = (0..100u32).map(|i| format!("record-{i:03}").into_bytes()).collect();
-        records.iter().for_each(|r| j.append(r).unwrap());
+        for r in &records {
+            j.append(r).unwrap();
+        }
         drop(j);
         let path = file_of(dir.path(), 0);
         let frame = FRAME_HEADER as u64 + 10;

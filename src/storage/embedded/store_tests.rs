@@ -54,8 +54,8 @@ fn reads_now_give_way_to_a_locked_map_or_filter() {
 /// journaled or raised - while anything they need is held for more than
 /// a moment: the map of dedupers, the filter, a read-all-then-write, the
 /// checkpoint's switch, the journal's file (another write appending), a
-/// broken store awaiting its reopen; for a second after an append that
-/// took 2 ms or more (the OS throttling writers); and always with `fsync`,
+/// broken store awaiting its reopen; for a second after an append whose
+/// write took 20 ms or more (the OS throttling writers); and always with `fsync`,
 /// or when the expiry needs longer ticks. The waiting write then does the
 /// work.
 #[test]
@@ -135,16 +135,23 @@ fn writes_now_give_way_and_leave_nothing_behind() {
     // The waiting write reopens and writes.
     store.write_bits(&d, &bits, expire).unwrap();
     assert!(!unset(&bits));
-    // An append that waited 20 ms (here for another append's file) keeps
-    // writes off the worker for a second, then they come back.
+    // Waiting for another append's turn is not a slow disk...
     let bits = fresh();
     std::thread::scope(|s| {
         let held = store.inner.journal().unwrap().hold();
         let writer = s.spawn(|| store.write_bits(&d, &bits, expire).unwrap());
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::thread::sleep(std::time::Duration::from_millis(30));
         drop(held);
         writer.join().unwrap();
     });
+    assert!(!unset(&bits));
+    assert!(store.write_bits_now(&d, &fresh(), expire).is_some());
+    // ...but a write that itself took 25 ms keeps writes off the worker
+    // for a second, then they come back.
+    store.inner.journal().unwrap().stall_ms.store(25, Ordering::Relaxed);
+    let bits = fresh();
+    store.write_bits(&d, &bits, expire).unwrap();
+    store.inner.journal().unwrap().stall_ms.store(0, Ordering::Relaxed);
     assert!(!unset(&bits));
     let (bits, journaled) = (fresh(), journal());
     gives_way("a slow append just before", bits, expire);
