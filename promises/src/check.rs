@@ -182,8 +182,9 @@ impl Entity<'_> {
         }
     }
 
-    /// Whether a write of this entity outside `o`'s own attempts (another
-    /// request and record, or an earlier place in the same request) may
+    /// Whether a write of this entity that `o` need not answer absent
+    /// against (another request and record, an earlier attempt of its own
+    /// that answered present, or an earlier place in the same request) may
     /// have left its bits set when `o` read them.
     fn explained(&self, o: Occ) -> bool {
         let r = self.op(o);
@@ -195,7 +196,14 @@ impl Entity<'_> {
             }
             let same_request = r.request_id.is_some() && xo.request_id == r.request_id;
             let same_record = rec.is_some() && xo.record_id(x.i) == rec;
-            if same_request || same_record || !xo.may_have_written() || xo.invoke_ms > r.complete_ms {
+            // An earlier attempt of the same request or record explains a
+            // present answer only when it answered present itself (its bits
+            // then stay set, and its answer is the one to repeat).
+            let first_absent = matches!(xo.outcome, Outcome::Unknown) || xo.answer(x.i) == Some(true);
+            if (same_request || same_record) && first_absent {
+                return false;
+            }
+            if !xo.may_have_written() || xo.invoke_ms > r.complete_ms {
                 return false;
             }
             match xo.outcome {
@@ -248,7 +256,12 @@ impl Entity<'_> {
                     read: self.at(o),
                     entity: entity_text(&r.entities[o.i]),
                 }),
-                None => report.false_positives += 1,
+                None => {
+                    report.false_positives += 1;
+                    if report.false_positive_examples.len() < 5 {
+                        report.false_positive_examples.push(self.at(o));
+                    }
+                }
             }
         }
     }

@@ -101,6 +101,8 @@ pub struct Report {
     /// Present answers among the cold reads that no earlier attempt of the
     /// same request or record explains either: Bloom false positives.
     pub false_positives: usize,
+    /// The first few false positives, to look at.
+    pub false_positive_examples: Vec<At>,
     pub violations: Vec<Violation>,
 }
 

@@ -111,6 +111,15 @@ fn a_replay_answers_absent_again_and_is_not_a_duplicate() {
             .is_empty()
     );
     assert!(check(&[first, plain, dropped], &S).violations.is_empty());
+    // An attempt of the same record that answered present explains it:
+    // its bits stay set, and present is the answer a replay repeats.
+    let mut short = op(4, Kind::Add, &["e"], (0, 5), ok(&[]));
+    short.ttl_ms = 10;
+    let present_first = with_records(op(5, Kind::AddIfAbsent, &["e"], (6, 8), ok(&[false])), &["r"]);
+    let replay = with_records(op(6, Kind::AddIfAbsent, &["e"], (50, 55), ok(&[false])), &["r"]);
+    let r = check(&[short, present_first, replay], &S);
+    assert!(r.violations.is_empty(), "{r}");
+    assert_eq!(r.false_positives, 0);
     // A first attempt that failed without an answer: the retry must be absent.
     let failed = with_request(op(1, Kind::AddIfAbsent, &["e"], (0, 5), Outcome::Unknown), "q");
     let retry = with_request(op(2, Kind::AddIfAbsent, &["e"], (10, 15), ok(&[false])), "q");
