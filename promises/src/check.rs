@@ -211,7 +211,7 @@ impl Entity<'_> {
                 Outcome::Unknown => true,
                 _ => {
                     let ttl = i64::try_from(xo.ttl_ms).unwrap_or(i64::MAX);
-                    xo.complete_ms.saturating_add(ttl) + self.s.clock_bound_ms >= r.invoke_ms
+                    xo.complete_ms.saturating_add(ttl) + self.s.clock_bound_ms + self.s.stamp_rounding_ms >= r.invoke_ms
                 }
             }
         })

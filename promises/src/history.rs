@@ -99,6 +99,11 @@ pub struct Settings {
     /// runs from that clock read, so a window ends this much before
     /// `ack + ttl`.
     pub answer_slack_ms: i64,
+    /// How much later than `ttl` after its clock read a bit may stay set:
+    /// the embedded store keeps expiry stamps as whole seconds, rounded
+    /// up (1,000); HBase keeps ms (0). Only widens what explains a present
+    /// answer; never shortens a live window.
+    pub stamp_rounding_ms: i64,
     /// `limits.record_id_window_seconds`, in ms.
     pub record_window_ms: i64,
     /// `limits.request_id_window_seconds`, in ms.
@@ -110,6 +115,7 @@ impl Default for Settings {
         Settings {
             clock_bound_ms: 0,
             answer_slack_ms: 1000,
+            stamp_rounding_ms: 1000,
             record_window_ms: 3_600_000,
             request_window_ms: 300_000,
         }

@@ -3,6 +3,7 @@ use super::*;
 const S: Settings = Settings {
     clock_bound_ms: 0,
     answer_slack_ms: 10,
+    stamp_rounding_ms: 0,
     record_window_ms: 1000,
     request_window_ms: 500,
 };

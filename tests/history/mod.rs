@@ -68,6 +68,8 @@ pub struct Recorder {
     ops: Mutex<Vec<Op>>,
     next_id: AtomicU64,
     pub stop: AtomicBool,
+    /// Failed calls by status code and message (digits dropped), counted.
+    pub failures: std::sync::Mutex<std::collections::BTreeMap<String, u32>>,
     /// What the nemesis did, when (Solus clock, ms).
     pub events: std::sync::Mutex<Vec<(i64, String)>>,
 }
@@ -75,6 +77,12 @@ pub struct Recorder {
 impl Recorder {
     pub fn id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub fn failure(&self, s: &tonic::Status) {
+        let message: String = s.message().chars().filter(|c| !c.is_ascii_digit()).take(90).collect();
+        let key = format!("{:?}: {message}", s.code());
+        *self.failures.lock().unwrap().entry(key).or_default() += 1;
     }
 
     pub fn event(&self, what: String) {
@@ -99,6 +107,8 @@ pub struct Outcome {
     pub faults: nemesis::Done,
     /// The nemesis's acts other than clock steps: (Solus clock ms, what).
     pub events: Vec<(i64, String)>,
+    /// Failed calls by status and message, counted.
+    pub failures: Vec<(String, u32)>,
     pub took: Duration,
 }
 
@@ -122,11 +132,13 @@ pub async fn run(plan: &Plan, channel: tonic::transport::Channel, clock_bound_ms
     let mut clients = Vec::new();
     for c in 0..plan.clients {
         let (rec, plan, channel) = (rec.clone(), plan.clone(), channel.clone());
-        clients.push(tokio::spawn(async move { workload::client(c, &plan, channel, &rec).await }));
+        clients.push(tokio::spawn(
+            async move { workload::client(c, &plan, channel, &rec).await },
+        ));
     }
     let nemesis = {
         let (rec, plan, channel) = (rec.clone(), plan.clone(), channel.clone());
-        tokio::spawn(async move { nemesis::run(&plan, channel, &rec).await })
+        tokio::spawn(async move { nemesis::run(&plan, channel, rec).await })
     };
     tokio::time::sleep(plan.duration).await;
     rec.stop.store(true, Ordering::SeqCst);
@@ -135,6 +147,7 @@ pub async fn run(plan: &Plan, channel: tonic::transport::Channel, clock_bound_ms
     }
     let faults = nemesis.await.expect("nemesis task");
     let events = rec.events.lock().unwrap().clone();
+    let failures = rec.failures.lock().unwrap().clone().into_iter().collect();
     let history = rec.history().await;
     let report = solus_promises::check(&history, &settings(&plan.nemesis, clock_bound_ms));
     Outcome {
@@ -142,6 +155,7 @@ pub async fn run(plan: &Plan, channel: tonic::transport::Channel, clock_bound_ms
         history,
         faults,
         events,
+        failures,
         took: started.elapsed(),
     }
 }
@@ -157,6 +171,9 @@ pub fn print(plan: &Plan, backend: &str, o: &Outcome) {
         o.faults,
         plan.false_positive_rate
     );
+    for (what, n) in &o.failures {
+        eprintln!("  {n} failed: {what}");
+    }
     let mut took: Vec<i64> = o.history.iter().map(|op| op.complete_ms - op.invoke_ms).collect();
     took.sort_unstable();
     if !took.is_empty() {
@@ -172,7 +189,10 @@ pub fn print(plan: &Plan, backend: &str, o: &Outcome) {
     for at in &o.report.false_positive_examples {
         let op = o.history.iter().find(|op| op.id == at.op).unwrap();
         let e = &op.entities[at.entity];
-        eprintln!("  false positive: {at} {:?}; every op of it:", String::from_utf8_lossy(e));
+        eprintln!(
+            "  false positive: {at} {:?}; every op of it:",
+            String::from_utf8_lossy(e)
+        );
         for other in o.history.iter().filter(|x| x.entities.contains(e)) {
             let places: Vec<usize> = (0..other.entities.len()).filter(|&i| &other.entities[i] == e).collect();
             let answers: Vec<Option<bool>> = places.iter().map(|&i| other.answer(i)).collect();

@@ -4,15 +4,18 @@
 //! passes while requests wait).
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use solus::api::pb;
 use solus::api::pb::deduper_admin_service_client::DeduperAdminServiceClient;
+use solus::api::pb::deduper_service_client::DeduperServiceClient;
+use solus_promises::Kind;
 use tonic::transport::Channel;
 
-use super::workload::{CLIENT, DEDUPER};
+use super::workload::{CLIENT, Call, DEDUPER, late_check, perform};
 use super::{Plan, Recorder};
 
 /// Which faults a run injects, and how hard.
@@ -22,6 +25,11 @@ pub struct Faults {
     pub interval: Duration,
     /// Chance per step of a resize (refused while one is under way).
     pub resize: f64,
+    /// Chance per step of a burst: `burst_requests` large `AddIfAbsent`s of
+    /// new entities sent at once, then a resize while they wait in the
+    /// deduper's lane (what `resize.auto` does: it resizes a busy deduper).
+    pub burst: f64,
+    pub burst_requests: u32,
     /// Chance per step of an expiry change.
     pub expiry: f64,
     /// Largest forward step of the Solus clock per nemesis step, in ms
@@ -32,10 +40,12 @@ pub struct Faults {
 impl Default for Faults {
     fn default() -> Self {
         Faults {
-            interval: Duration::from_millis(150),
+            interval: Duration::from_millis(100),
             resize: 0.08,
+            burst: 0.03,
+            burst_requests: 16,
             expiry: 0.01,
-            max_clock_step_ms: 600,
+            max_clock_step_ms: 400,
         }
     }
 }
@@ -45,6 +55,7 @@ impl Default for Faults {
 pub struct Done {
     pub resizes: u32,
     pub resizes_refused: u32,
+    pub bursts: u32,
     pub expiry_changes: u32,
     pub clock_steps: u32,
     pub clock_stepped_ms: i64,
@@ -54,18 +65,24 @@ impl fmt::Display for Done {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} resizes ({} refused: one under way), {} expiry changes, {} clock steps (+{} ms)",
-            self.resizes, self.resizes_refused, self.expiry_changes, self.clock_steps, self.clock_stepped_ms
+            "{} resizes ({} refused: one under way), {} bursts, {} expiry changes, {} clock steps (+{} ms)",
+            self.resizes,
+            self.resizes_refused,
+            self.bursts,
+            self.expiry_changes,
+            self.clock_steps,
+            self.clock_stepped_ms
         )
     }
 }
 
 /// Acts every `plan.nemesis.interval` until the recorder says stop; leaves
 /// the clock stepped (the history is in the stepped clock).
-pub async fn run(plan: &Plan, channel: Channel, rec: &Recorder) -> Done {
+pub async fn run(plan: &Plan, channel: Channel, rec: Arc<Recorder>) -> Done {
     let f = &plan.nemesis;
     let mut rng = StdRng::seed_from_u64(plan.seed ^ 0x6e65_6d65_7369_73);
-    let mut admin = DeduperAdminServiceClient::new(channel);
+    let mut admin = DeduperAdminServiceClient::new(channel.clone());
+    let mut bursts = Vec::new();
     let mut done = Done::default();
     let mut offset = 0i64;
     while !rec.stop.load(std::sync::atomic::Ordering::SeqCst) {
@@ -77,7 +94,21 @@ pub async fn run(plan: &Plan, channel: Channel, rec: &Recorder) -> Done {
             done.clock_steps += 1;
             done.clock_stepped_ms += step;
         }
-        if rng.random_bool(f.resize) {
+        let burst = rng.random_bool(f.burst);
+        if burst {
+            done.bursts += 1;
+            for r in 0..f.burst_requests {
+                let seed = rng.random();
+                let (rec, channel, plan) = (rec.clone(), channel.clone(), plan.clone());
+                let id = (done.bursts, r);
+                bursts.push(tokio::spawn(async move {
+                    burst_request(id, seed, &plan, channel, &rec).await
+                }));
+            }
+            // Let them reach the lane.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if burst || rng.random_bool(f.resize) {
             // Grow or shrink around the created size.
             let n = plan.expected_insertions / 2 + rng.random_range(0..plan.expected_insertions * 2);
             let resized = admin
@@ -92,7 +123,13 @@ pub async fn run(plan: &Plan, channel: Channel, rec: &Recorder) -> Done {
                 Ok(d) => {
                     done.resizes += 1;
                     let d = d.into_inner();
-                    rec.event(format!("resized to n = {n}: generations {:?}", d.generations.iter().map(|g| (g.id, g.writes_from_ms, g.retire_at_ms)).collect::<Vec<_>>()));
+                    rec.event(format!(
+                        "resized to n = {n}: generations {:?}",
+                        d.generations
+                            .iter()
+                            .map(|g| (g.id, g.writes_from_ms, g.retire_at_ms))
+                            .collect::<Vec<_>>()
+                    ));
                 }
                 Err(s) if s.code() == tonic::Code::FailedPrecondition => done.resizes_refused += 1,
                 Err(s) => panic!("resize failed: {s:?}"),
@@ -113,5 +150,37 @@ pub async fn run(plan: &Plan, channel: Channel, rec: &Recorder) -> Done {
             done.expiry_changes += 1;
         }
     }
+    for b in bursts {
+        b.await.expect("burst request");
+    }
     done
+}
+
+/// One request of burst `id`: a large `AddIfAbsent` of new entities with
+/// the deduper's whole TTL and a long deadline, then, once answered, two
+/// reads of a sample of it late in its live window.
+async fn burst_request(id: (u32, u32), seed: u64, plan: &Plan, channel: Channel, rec: &Recorder) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut data = DeduperServiceClient::new(channel);
+    let process = 10_000 + id.0 * 100 + id.1;
+    let call = Call {
+        kind: Kind::AddIfAbsent,
+        entities: (0..plan.large_batch)
+            .map(|i| format!("b{}.{}.{i}", id.0, id.1).into_bytes())
+            .collect(),
+        record_ids: Vec::new(),
+        request_id: None,
+        ttl_ms: plan.expiry_seconds * 1000,
+    };
+    let (outcome, complete_ms) = perform(&mut data, &call, Duration::from_secs(30), process, rec).await;
+    let slack = super::settings(&plan.nemesis, 0).answer_slack_ms;
+    for _ in 0..2 {
+        let Some((at, sample)) = late_check(&call, &outcome, complete_ms, slack, &mut rng) else {
+            return;
+        };
+        while solus::clock::now_ms() < at {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        perform(&mut data, &Call::check(sample), Duration::from_secs(30), process, rec).await;
+    }
 }

@@ -36,12 +36,25 @@ pub async fn create(channel: &Channel, plan: &Plan) {
 
 /// One call as sent, kept for a retry.
 #[derive(Clone)]
-struct Call {
-    kind: Kind,
-    entities: Vec<Vec<u8>>,
-    record_ids: Vec<Vec<u8>>,
-    request_id: Option<Vec<u8>>,
-    ttl_ms: u64,
+pub struct Call {
+    pub kind: Kind,
+    pub entities: Vec<Vec<u8>>,
+    pub record_ids: Vec<Vec<u8>>,
+    pub request_id: Option<Vec<u8>>,
+    pub ttl_ms: u64,
+}
+
+impl Call {
+    /// A `CheckAbsence` of `entities`.
+    pub fn check(entities: Vec<Vec<u8>>) -> Call {
+        Call {
+            kind: Kind::CheckAbsence,
+            entities,
+            record_ids: Vec::new(),
+            request_id: None,
+            ttl_ms: 0,
+        }
+    }
 }
 
 /// Client `c`'s loop until the recorder says stop.
@@ -51,6 +64,9 @@ pub async fn client(c: u32, plan: &Plan, channel: Channel, rec: &Recorder) {
     let mut last: Option<(Call, bool)> = None;
     let mut n = 0u64;
     let (mut recent, mut fresh) = (Recent::default(), 0u64);
+    // Reads due near the end of acknowledged writes' TTLs: (due, entities).
+    let mut due: Vec<(i64, Vec<Vec<u8>>)> = Vec::new();
+    let slack = super::settings(&plan.nemesis, 0).answer_slack_ms;
     while !rec.stop.load(std::sync::atomic::Ordering::SeqCst) {
         n += 1;
         // A retry of the last call: always after a failure (as clients
@@ -61,33 +77,76 @@ pub async fn client(c: u32, plan: &Plan, channel: Channel, rec: &Recorder) {
             }
             _ => false,
         };
+        let now = solus::clock::now_ms();
+        due.retain(|(at, _)| *at + slack > now);
         let call = if retry {
             last.take().unwrap().0
+        } else if let Some(i) = due.iter().position(|(at, _)| *at <= now) {
+            Call::check(due.swap_remove(i).1)
         } else {
             next_call(c, n, plan, &mut rng, &mut recent, &mut fresh)
         };
         let timeout = Duration::from_millis(rng.random_range(150..plan.max_deadline_ms));
-        let (outcome, invoke_ms, complete_ms) = send(&mut data, &call, timeout).await;
+        let (outcome, complete_ms) = perform(&mut data, &call, timeout, c, rec).await;
         let failed = matches!(outcome, Outcome::Unknown);
-        rec.record(Op {
-            id: rec.id(),
-            process: c,
-            kind: call.kind,
-            deduper: format!("{CLIENT}/{DEDUPER}"),
-            entities: call.entities.clone(),
-            record_ids: call.record_ids.clone(),
-            request_id: call.request_id.clone(),
-            ttl_ms: call.ttl_ms,
-            invoke_ms,
-            complete_ms,
-            outcome,
-        })
-        .await;
+        // Read a sample of an acknowledged write again late in its window,
+        // where a write lost to a retired generation shows.
+        if let Some(check) = late_check(&call, &outcome, complete_ms, slack, &mut rng) {
+            due.push(check);
+        }
         last = Some((call, failed));
         if failed {
             tokio::time::sleep(Duration::from_millis(rng.random_range(5..50))).await;
         }
     }
+}
+
+/// Sends `call` as process `c` and records it: its outcome and completion
+/// time (Solus clock, ms).
+pub async fn perform(
+    data: &mut DeduperServiceClient<Channel>,
+    call: &Call,
+    timeout: Duration,
+    c: u32,
+    rec: &Recorder,
+) -> (Outcome, i64) {
+    let (outcome, invoke_ms, complete_ms) = send(data, call, timeout, rec).await;
+    rec.record(Op {
+        id: rec.id(),
+        process: c,
+        kind: call.kind,
+        deduper: format!("{CLIENT}/{DEDUPER}"),
+        entities: call.entities.clone(),
+        record_ids: call.record_ids.clone(),
+        request_id: call.request_id.clone(),
+        ttl_ms: call.ttl_ms,
+        invoke_ms,
+        complete_ms,
+        outcome: outcome.clone(),
+    })
+    .await;
+    (outcome, complete_ms)
+}
+
+/// For an acknowledged large write: a read of 200 of its entities at a
+/// random moment in the second half of its live window (`slack` as the
+/// model takes it), as (due, entities).
+pub fn late_check(
+    call: &Call,
+    outcome: &Outcome,
+    complete_ms: i64,
+    slack: i64,
+    rng: &mut StdRng,
+) -> Option<(i64, Vec<Vec<u8>>)> {
+    let window = call.ttl_ms as i64 - slack;
+    if !call.kind.writes() || !matches!(outcome, Outcome::Ok { .. }) || window < 2 || call.entities.len() <= 100 {
+        return None;
+    }
+    let at = complete_ms + rng.random_range(window / 2..window);
+    let sample = (0..200)
+        .map(|_| call.entities[rng.random_range(0..call.entities.len())].clone())
+        .collect();
+    Some((at, sample))
 }
 
 /// Entities a client wrote lately, which its later reads draw from.
@@ -136,7 +195,7 @@ fn next_call(c: u32, n: u64, plan: &Plan, rng: &mut StdRng, recent: &mut Recent,
                 *fresh += 1;
                 return format!("n{c}.{fresh}").into_bytes();
             }
-            if roll % 3 == 0
+            if roll % 2 == 0
                 && let Some(e) = recent.pick(rng)
             {
                 return e;
@@ -190,7 +249,12 @@ fn next_call(c: u32, n: u64, plan: &Plan, rng: &mut StdRng, recent: &mut Recent,
 
 /// Sends `call` with deadline `timeout`: its outcome, invoke and completion
 /// times (Solus clock, ms).
-async fn send(data: &mut DeduperServiceClient<Channel>, call: &Call, timeout: Duration) -> (Outcome, i64, i64) {
+async fn send(
+    data: &mut DeduperServiceClient<Channel>,
+    call: &Call,
+    timeout: Duration,
+    rec: &Recorder,
+) -> (Outcome, i64, i64) {
     let entities: Vec<prost::bytes::Bytes> = call.entities.iter().map(|e| e.clone().into()).collect();
     let record_ids: Vec<prost::bytes::Bytes> = call.record_ids.iter().map(|e| e.clone().into()).collect();
     let request_id = call.request_id.clone().map(Into::into);
@@ -232,11 +296,19 @@ async fn send(data: &mut DeduperServiceClient<Channel>, call: &Call, timeout: Du
         }
     };
     let complete = solus::clock::now_ms();
+    if let Err(s) = &answer {
+        rec.failure(s);
+    }
     let outcome = match answer {
         Ok(absent) => Outcome::Ok { absent },
         // Refused before storage: the request, the deduper's state or a
         // full budget.
-        Err(s) if matches!(s.code(), Code::InvalidArgument | Code::NotFound | Code::ResourceExhausted) => {
+        Err(s)
+            if matches!(
+                s.code(),
+                Code::InvalidArgument | Code::NotFound | Code::ResourceExhausted
+            ) =>
+        {
             Outcome::Refused
         }
         Err(s) if s.code() == Code::FailedPrecondition => Outcome::Refused,
