@@ -953,7 +953,18 @@ impl Engine {
             // The newest generation's own atomic add-if-absent, and a read of
             // the older ones (no writes go there once writes moved on).
             let (w, others) = resize::split(&d, now);
-            let plan = Plan::for_store(store.bit_order(), true, &w, &entities);
+            // The store's own read-then-write pass (no ids) sees an address
+            // repeated in the request as written by its first place. Reading
+            // every cell before writing any (ids to record between) needs each
+            // address once, so that a later entity sees an earlier one's bits
+            // (`answer_of`): one new entity twice in a request was answered
+            // absent twice (issue 45).
+            let order = if key.is_none() && record_ids.is_empty() {
+                store.bit_order()
+            } else {
+                BitOrder::SortedUnique
+            };
+            let plan = Plan::for_store(order, true, &w, &entities);
             let expire = check_expire(&*store, now, ttl)?;
             let digest = key.as_ref().map(|_| requests::digest(ttl_ms, &entities));
             if let (Some(key), Some(digest)) = (&key, &digest)
