@@ -115,6 +115,9 @@ pub const RESIZES_STARTED: &str = "solus_resizes_started_total";
 pub const AUTO_RESIZE_DECISIONS: &str = "solus_auto_resize_decisions_total";
 /// Older generations retired (dropped, data freed) by this process.
 pub const GENERATIONS_RETIRED: &str = "solus_generations_retired_total";
+/// Data requests whose config was read again at their storage call: held
+/// past `engine::fresh::MAX_CONFIG_AGE` (queued in a lane or for the pool).
+pub const CONFIG_REREADS: &str = "solus_config_rereads_total";
 pub const RECORD_REPLAYS: &str = "solus_record_replays_total";
 /// Record ids the embedded store holds in memory (expired ones until swept).
 pub const RECORDS_HELD: &str = "solus_records_held";
@@ -157,6 +160,7 @@ struct Metrics {
     resizes_started: Counter,
     auto_resize: Family<Labels, Counter>,
     generations_retired: Counter,
+    config_rereads: Counter,
     record_replays: Counter,
     records_held: Gauge,
     clock_offset: FloatGauge,
@@ -293,6 +297,13 @@ impl Metrics {
             "Older deduper generations retired by this process (their data freed)",
             generations_retired.clone(),
         );
+        let config_rereads = Counter::default();
+        registry.register(
+            counter_name(CONFIG_REREADS),
+            "Data requests whose deduper config was read again at their storage call, having waited past half the \
+             resize margin since their lookup",
+            config_rereads.clone(),
+        );
         let records_remembered = Counter::default();
         registry.register(
             counter_name(RECORDS_REMEMBERED),
@@ -406,6 +417,7 @@ impl Metrics {
             resizes_started,
             auto_resize,
             generations_retired,
+            config_rereads,
             record_replays,
             records_held,
             clock_offset,
@@ -766,6 +778,11 @@ pub fn auto_resize(decision: &'static str) {
 /// Counts one older generation retired.
 pub fn generation_retired() {
     m().generations_retired.inc();
+}
+
+/// Counts one data request's config read again at its storage call.
+pub fn config_reread() {
+    m().config_rereads.inc();
 }
 
 /// Sets the gauge of record ids held in memory.

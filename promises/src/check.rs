@@ -189,6 +189,18 @@ impl Entity<'_> {
     fn explained(&self, o: Occ) -> bool {
         let r = self.op(o);
         let rec = r.record_id(o.i);
+        // A retry answers what its first attempt read: bits live at any
+        // attempt's time explain it.
+        let read_from = match &r.request_id {
+            Some(id) => self
+                .h
+                .iter()
+                .filter(|x| x.deduper == r.deduper && x.request_id.as_ref() == Some(id) && x.invoke_ms <= r.invoke_ms)
+                .map(|x| x.invoke_ms)
+                .min()
+                .unwrap_or(r.invoke_ms),
+            None => r.invoke_ms,
+        };
         self.occs.iter().any(|&x| {
             let xo = self.op(x);
             if x.op == o.op {
@@ -211,7 +223,7 @@ impl Entity<'_> {
                 Outcome::Unknown => true,
                 _ => {
                     let ttl = i64::try_from(xo.ttl_ms).unwrap_or(i64::MAX);
-                    xo.complete_ms.saturating_add(ttl) + self.s.clock_bound_ms + self.s.stamp_rounding_ms >= r.invoke_ms
+                    xo.complete_ms.saturating_add(ttl) + self.s.clock_bound_ms + self.s.stamp_rounding_ms >= read_from
                 }
             }
         })

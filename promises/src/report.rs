@@ -48,6 +48,15 @@ impl Violation {
         }
     }
 
+    /// The read that broke the promise, when there is one.
+    pub fn read(&self) -> Option<At> {
+        match self {
+            Violation::FalseNegative { read, .. } | Violation::ReplayDropped { read, .. } => Some(*read),
+            Violation::NewTwice { second, .. } => Some(*second),
+            Violation::RetryAnswerChanged { .. } => None,
+        }
+    }
+
     /// Its kind, for counts.
     pub fn name(&self) -> &'static str {
         match self {

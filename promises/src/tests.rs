@@ -133,6 +133,17 @@ fn a_retried_request_answers_as_its_first_attempt() {
     let same = with_request(op(2, Kind::AddIfAbsent, &["e", "f"], (10, 15), ok(&[true, true])), "q");
     let r = check(&[first.clone(), same], &S);
     assert!(r.violations.is_empty(), "{r}");
+    // The first attempt read "f" present (an Add live then), failed without
+    // an answer, and the retry, after that Add expired, repeats present.
+    let mut add_f = op(3, Kind::Add, &["f"], (-20, -10), ok(&[]));
+    add_f.ttl_ms = 15;
+    let failed = with_request(op(4, Kind::AddIfAbsent, &["e", "f"], (0, 100), Outcome::Unknown), "p");
+    let retry = with_request(
+        op(5, Kind::AddIfAbsent, &["e", "f"], (110, 120), ok(&[true, false])),
+        "p",
+    );
+    let r = check(&[add_f, failed, retry], &S);
+    assert!(r.violations.is_empty(), "{r}");
     let changed = with_request(op(2, Kind::AddIfAbsent, &["e", "f"], (10, 15), ok(&[true, false])), "q");
     let r = check(&[first, changed], &S);
     assert!(names(&r).contains(&"retry answer changed"), "{r}");

@@ -15,6 +15,7 @@ use crate::contract::hashing;
 use crate::deduper::{self, Deduper, Level, ModelError, SizeLimits, Sizing};
 use crate::storage::{self, BitAddr, BitOrder, Cell, RequestKey, StorageError, Store};
 
+mod fresh;
 pub mod lanes;
 mod placement;
 pub mod records;
@@ -104,10 +105,10 @@ type Inflight = Arc<Mutex<HashMap<CacheKey, watch::Receiver<Option<Lookup>>>>>;
 /// Sets its flag when dropped: tells queued storage work its caller left.
 struct Abandon(Arc<AtomicBool>);
 
-/// A checked write request (see [`Engine::prepare_write`]): the deduper,
-/// the TTL in ms, the request id's key, and its window in ms.
+/// A checked write request (see [`Engine::prepare_write`]): the deduper
+/// as looked up, the TTL in ms, the request id's key, and its window in ms.
 struct Write {
-    d: Arc<Deduper>,
+    held: fresh::Held,
     ttl: u64,
     key: Option<RequestKey>,
     window: i64,
@@ -676,19 +677,20 @@ impl Engine {
     where
         E: AsRef<[u8]> + Send + Sync + 'static,
     {
-        let Some(Write { d, ttl, key, window }) = self
+        let Some(Write { held, ttl, key, window }) = self
             .prepare_write(client_id, name, &entities, ttl_ms, request_id)
             .await?
         else {
             return Ok(0);
         };
         if key.is_none()
-            && let Some(added) = self.write_now(&d, &entities, ttl, false)
+            && let Some(added) = self.write_now(&held.d, &entities, ttl, false)
         {
             return added.map(|_| entities.len() as u32);
         }
         let store = self.store.clone();
         self.blocking_for(client_id, name, move || {
+            let d = held.current(&*store)?;
             let now = now_ms();
             let expire = check_expire(&*store, now, ttl)?;
             // Adds go to the newest generation writes have moved to.
@@ -795,7 +797,12 @@ impl Engine {
             request_id,
         });
         let window = self.limits.request_id_window_ms as i64;
-        Ok(Some(Write { d, ttl, key, window }))
+        Ok(Some(Write {
+            held: fresh::Held::new(d),
+            ttl,
+            key,
+            window,
+        }))
     }
 
     /// For each entity: true = definitely absent (never added, or expired).
@@ -853,7 +860,9 @@ impl Engine {
             }
         }
         let store = self.store.clone();
+        let held = fresh::Held::new(d);
         self.blocking_for(client_id, name, move || {
+            let d = held.current(&*store)?;
             let now = now_ms();
             // Absent only if absent in every live generation.
             let mut absent = if d.generations.is_empty() {
@@ -935,7 +944,7 @@ impl Engine {
     {
         records::validate(&record_ids, entities.len())?;
         let record_window = self.limits.record_id_window_ms as i64;
-        let Some(Write { d, ttl, key, window }) = self
+        let Some(Write { held, ttl, key, window }) = self
             .prepare_write(client_id, name, &entities, ttl_ms, request_id)
             .await?
         else {
@@ -943,12 +952,13 @@ impl Engine {
         };
         if key.is_none()
             && record_ids.is_empty()
-            && let Some(answer) = self.write_now(&d, &entities, ttl, true)
+            && let Some(answer) = self.write_now(&held.d, &entities, ttl, true)
         {
             return answer;
         }
         let store = self.store.clone();
         self.blocking_for(client_id, name, move || {
+            let d = held.current(&*store)?;
             let now = now_ms();
             // The newest generation's own atomic add-if-absent, and a read of
             // the older ones (no writes go there once writes moved on).

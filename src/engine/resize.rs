@@ -362,10 +362,13 @@ impl Engine {
     }
 
     /// One retirement pass: drops from its config, and frees the data of,
-    /// every generation past its `retire_at_ms` among the dedupers this
-    /// server has seen. Failures are logged and retried on the next pass.
+    /// every generation past its `retire_at_ms` by [`RESIZE_MARGIN_MS`]
+    /// among the dedupers this server has seen. Failures are logged and retried on the next pass.
     pub async fn retire_generations(&self) {
-        let now = now_ms();
+        // A margin after `retire_at_ms`: a request that read its clock just
+        // before it still reads the retiring generation in its storage call
+        // (the view excludes it from then on).
+        let now = now_ms() - RESIZE_MARGIN_MS;
         for d in self.stats.snapshot() {
             let due = generations::due(&d, now);
             if due.is_empty() {
@@ -376,7 +379,7 @@ impl Engine {
             let retired = Self::blocking(move || {
                 let change = |d: &mut Deduper| {
                     let now = now_ms();
-                    if generations::retire(d, now) {
+                    if generations::retire(d, now - RESIZE_MARGIN_MS) {
                         d.update_time_ms = now;
                     }
                 };

@@ -187,17 +187,8 @@ pub fn print(plan: &Plan, backend: &str, o: &Outcome) {
         );
     }
     for at in &o.report.false_positive_examples {
-        let op = o.history.iter().find(|op| op.id == at.op).unwrap();
-        let e = &op.entities[at.entity];
-        eprintln!(
-            "  false positive: {at} {:?}; every op of it:",
-            String::from_utf8_lossy(e)
-        );
-        for other in o.history.iter().filter(|x| x.entities.contains(e)) {
-            let places: Vec<usize> = (0..other.entities.len()).filter(|&i| &other.entities[i] == e).collect();
-            let answers: Vec<Option<bool>> = places.iter().map(|&i| other.answer(i)).collect();
-            eprintln!("    at {places:?} answers {answers:?} {}", workload::describe(other));
-        }
+        eprintln!("  false positive: {at}");
+        every_op_of(&o.history, at);
     }
     let mut shown: Vec<&str> = Vec::new();
     for v in &o.report.violations {
@@ -210,11 +201,26 @@ pub fn print(plan: &Plan, backend: &str, o: &Outcome) {
         for op in &shrunk {
             eprintln!("    {}", workload::describe(op));
         }
+        if let Some(at) = v.read() {
+            every_op_of(&o.history, &at);
+        }
         // The nemesis's acts from 10 s before the first witness to the last's end.
         let from = shrunk.iter().map(|op| op.invoke_ms).min().unwrap_or(0) - 10_000;
         let to = shrunk.iter().map(|op| op.complete_ms).max().unwrap_or(0);
         for (at, what) in o.events.iter().filter(|(at, _)| (from..=to).contains(at)) {
             eprintln!("    nemesis at {at}: {what}");
         }
+    }
+}
+
+/// Prints every op of the entity at `at`, with its answers there.
+fn every_op_of(history: &[Op], at: &solus_promises::At) {
+    let op = history.iter().find(|op| op.id == at.op).expect("a witness op");
+    let e = &op.entities[at.entity];
+    eprintln!("    every op of {:?}:", String::from_utf8_lossy(e));
+    for other in history.iter().filter(|x| x.entities.contains(e)).take(40) {
+        let places: Vec<usize> = (0..other.entities.len()).filter(|&i| &other.entities[i] == e).collect();
+        let answers: Vec<Option<bool>> = places.iter().map(|&i| other.answer(i)).collect();
+        eprintln!("      at {places:?} answers {answers:?} {}", workload::describe(other));
     }
 }

@@ -80,7 +80,7 @@ impl fmt::Display for Done {
 /// the clock stepped (the history is in the stepped clock).
 pub async fn run(plan: &Plan, channel: Channel, rec: Arc<Recorder>) -> Done {
     let f = &plan.nemesis;
-    let mut rng = StdRng::seed_from_u64(plan.seed ^ 0x6e65_6d65_7369_73);
+    let mut rng = StdRng::seed_from_u64(plan.seed ^ 0x006e_656d_6573_6973);
     let mut admin = DeduperAdminServiceClient::new(channel.clone());
     let mut bursts = Vec::new();
     let mut done = Done::default();
