@@ -18,10 +18,20 @@ pub struct MeteredStore {
 
 impl MeteredStore {
     /// `dedupers_at_start`: how many dedupers the store holds, when the
-    /// backend can tell cheaply (the embedded store); starts the deduper gauge.
+    /// backend can tell cheaply (the embedded store); starts the deduper gauge,
+    /// and the record gauge from what the store loaded (it read 0 after a
+    /// restart until the next write: issue 45).
     pub fn new(inner: Arc<dyn Store>, dedupers_at_start: Option<usize>) -> MeteredStore {
         metrics::set_dedupers(dedupers_at_start.unwrap_or(0));
-        MeteredStore { inner }
+        let store = MeteredStore { inner };
+        store.publish_records_held();
+        store
+    }
+
+    fn publish_records_held(&self) {
+        if let Some(n) = self.inner.records_held() {
+            metrics::set_records_held(n);
+        }
     }
 
     fn timed<T>(op: &'static str, f: impl FnOnce() -> Result<T, StorageError>) -> Result<T, StorageError> {
@@ -199,9 +209,7 @@ impl Store for MeteredStore {
         let r = Self::timed("remember_records", || {
             self.inner.remember_records(deduper, records, expire_ms)
         });
-        if let Some(n) = self.inner.records_held() {
-            metrics::set_records_held(n);
-        }
+        self.publish_records_held();
         r
     }
 
@@ -238,7 +246,10 @@ impl Store for MeteredStore {
         self.inner.min_ttl_ms()
     }
 
+    /// Also republishes the record gauge, so that records forgotten by a
+    /// checkpoint's sweep leave it within a health interval.
     fn ping(&self) -> Result<(), StorageError> {
+        self.publish_records_held();
         Self::timed("ping", || self.inner.ping())
     }
 

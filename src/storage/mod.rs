@@ -335,8 +335,9 @@ pub trait Store: Send + Sync + 'static {
     /// storage round trip where the backend allows. Durable
     /// and visible to every replica sharing the storage on return (the
     /// engine writes the bits only after). Errors: `Unavailable`; `Capacity`
-    /// when the backend's bound on remembered records is reached (nothing
-    /// of this call is remembered then).
+    /// when the backend's bound on remembered records has no room for the
+    /// pairs not remembered yet (nothing of this call is remembered then):
+    /// a pair remembered already (a replay) takes no room.
     fn remember_records(
         &self,
         deduper: &Deduper,

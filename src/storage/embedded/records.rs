@@ -4,7 +4,8 @@
 //!
 //! In memory, one map per deduper from a 128-bit hash of the record id
 //! (murmur3 x64-128, seed 0) and its entity's fingerprint to its expiry
-//! time (an id sent with two entities is two records): [`ENTRY_BYTES`] per record, counted against
+//! time and the expiry its latest batch on disk holds (an id sent with two
+//! entities is two records): [`ENTRY_BYTES`] per record, counted against
 //! `storage.embedded.max_record_memory_mib`. A record id is never kept
 //! itself, so its length costs nothing; two ids collide with probability
 //! about 2^-128 per pair.
@@ -18,6 +19,21 @@
 //! start-up, most of it fjall replaying its own journal). A batch is
 //! deleted from disk once its expiry passed; an id remembered again later
 //! lives on in the later batch.
+//!
+//! Replays (issue 45): a record already held is remembered again without
+//! new memory, so it never counts against the budget - a job replaying
+//! what it sent before is never refused for room, however full the budget.
+//! A batch is written with [`HEADROOM_DIVISOR`]-th of its window more than
+//! the window (its disk expiry), and a replay is written again only when
+//! the window it must now last goes past the disk expiry it already has:
+//! a record replayed over and over is written at most 8 times a window
+//! (before: once per replay, 56-61 bytes on disk each until the window
+//! passed), and the disk never holds less than memory promises, so a replay
+//! is recalled after a restart as before it. The price: after a restart,
+//! a record is remembered until its disk expiry, up to an eighth of a
+//! window longer than promised - a possible duplicate, never a loss.
+//! Only records not held yet take room; a request whose new records do not
+//! fit is refused whole (`Capacity`), replays in it included.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -25,14 +41,28 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::storage::{RecordFingerprint, StorageError};
 
-/// Bytes counted per remembered record: 32 bytes of key and value plus the
-/// hash map's control byte and spare capacity, rounded up.
+/// Bytes counted per remembered record: a map slot of 48 bytes (the key,
+/// 24 bytes padded to 32 by the u128's alignment, and two expiries) plus
+/// the hash map's control byte; spare capacity is not counted.
 pub const ENTRY_BYTES: u64 = 48;
+
+/// A batch lasts on disk its window plus this fraction of it (see the
+/// module docs): a replay within that much of its record's last write
+/// writes nothing.
+pub const HEADROOM_DIVISOR: i64 = 8;
 
 /// Bytes of one record in a stored batch: id hash and fingerprint.
 const RECORD_BYTES: usize = 24;
 
-type Map = HashMap<(u128, RecordFingerprint), i64>;
+/// Expiry of a record in memory (what [`Records::recall`] answers from)
+/// and of its latest batch on disk (never earlier).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Expiry {
+    memory: i64,
+    disk: i64,
+}
+
+type Map = HashMap<(u128, RecordFingerprint), Expiry>;
 
 /// One deduper's records, and the disk keys of its batches with their expiry.
 #[derive(Default)]
@@ -140,15 +170,20 @@ impl Records {
         };
         records
             .iter()
-            .map(|&(id, fp)| d.map.get(&(id_hash(id), fp)).is_some_and(|&expire| expire >= now_ms))
+            .map(|&(id, fp)| d.map.get(&(id_hash(id), fp)).is_some_and(|e| e.memory >= now_ms))
             .collect()
     }
 
     /// Remembers `records` until `expire_ms`. `persist(key, value)` writes
     /// the batch durably first; the records are visible to
-    /// [`Records::recall`] only after it succeeded. Errors: `Capacity` when
-    /// the budget has no room for all of them even after forgetting the
-    /// expired ones (nothing is remembered then); whatever `persist` returns.
+    /// [`Records::recall`] only after it succeeded. Records held already
+    /// (replays) take no room, and are written again only when `expire_ms`
+    /// goes past the expiry of their batch on disk; a batch is written with
+    /// an expiry of `expire_ms` plus [`HEADROOM_DIVISOR`]-th of
+    /// `expire_ms - now_ms` (module docs). Errors: `Capacity` when the
+    /// budget has no room for the records not held yet, even after
+    /// forgetting the expired ones (nothing is remembered then); whatever
+    /// `persist` returns.
     pub fn remember(
         &self,
         deduper_key: &[u8],
@@ -160,50 +195,85 @@ impl Records {
         if records.is_empty() {
             return Ok(());
         }
-        let entries: Vec<(u128, RecordFingerprint)> = records.iter().map(|(id, fp)| (id_hash(id), *fp)).collect();
-        {
+        let mut entries: Vec<(u128, RecordFingerprint)> = records.iter().map(|(id, fp)| (id_hash(id), *fp)).collect();
+        entries.sort_unstable();
+        entries.dedup();
+        let disk_expire = expire_ms.saturating_add(expire_ms.saturating_sub(now_ms).max(0) / HEADROOM_DIVISOR);
+        let to_write: Vec<(u128, RecordFingerprint)> = {
             // Room is checked before the write and may be overshot by the
             // batches of requests racing this one: a bound, not an exact cap.
             let mut state = self.state();
-            if state.count + entries.len() as u64 > self.max_entries {
+            let new = |state: &State| {
+                let d = state.dedupers.get(deduper_key);
+                entries
+                    .iter()
+                    .filter(|e| d.is_none_or(|d| !d.map.contains_key(e)))
+                    .count() as u64
+            };
+            let mut needed = new(&state);
+            if state.count + needed > self.max_entries {
                 let _ = Self::sweep_locked(&mut state, now_ms);
+                needed = new(&state);
             }
-            if state.count + entries.len() as u64 > self.max_entries {
+            if state.count + needed > self.max_entries {
                 return Err(StorageError::Capacity(format!(
                     "{} remembered record ids take {} of the {} bytes of storage.embedded.max_record_memory_mib \
-                     ({ENTRY_BYTES} bytes each); {} more do not fit: raise the setting, shorten \
-                     limits.record_id_window_seconds, or send fewer record_ids",
+                     ({ENTRY_BYTES} bytes each); {needed} more do not fit (replays of records held take no room): \
+                     raise the setting, shorten limits.record_id_window_seconds, or send fewer record_ids",
                     state.count,
                     state.count * ENTRY_BYTES,
                     self.budget_bytes,
-                    entries.len()
                 )));
             }
+            // Replays whose batch on disk outlasts the new expiry need no
+            // write: extended in memory at once (the disk already holds it).
+            let mut to_write = Vec::with_capacity(entries.len());
+            let mut d = state.dedupers.get_mut(deduper_key);
+            for key in &entries {
+                match d.as_mut().and_then(|d| d.map.get_mut(key)) {
+                    Some(e) if e.disk >= expire_ms => e.memory = e.memory.max(expire_ms),
+                    _ => to_write.push(*key),
+                }
+            }
+            to_write
+        };
+        if to_write.is_empty() {
+            return Ok(());
         }
-        let key = batch_key(deduper_key, expire_ms, self.nonce.fetch_add(1, Ordering::Relaxed));
-        let mut value = Vec::with_capacity(entries.len() * RECORD_BYTES);
-        for &(h, fp) in &entries {
+        let key = batch_key(deduper_key, disk_expire, self.nonce.fetch_add(1, Ordering::Relaxed));
+        let mut value = Vec::with_capacity(to_write.len() * RECORD_BYTES);
+        for &(h, fp) in &to_write {
             value.extend_from_slice(&h.to_be_bytes());
             value.extend_from_slice(&fp.to_be_bytes());
         }
         persist(&key, &value)?;
         let mut state = self.state();
         let d = state.dedupers.entry(deduper_key.to_vec()).or_default();
-        d.batches.push((expire_ms, key));
-        let added = Self::insert(&mut d.map, entries.into_iter(), expire_ms);
+        d.batches.push((disk_expire, key));
+        let added = Self::insert(
+            &mut d.map,
+            to_write.into_iter(),
+            Expiry {
+                memory: expire_ms,
+                disk: disk_expire,
+            },
+        );
         state.count += added;
         Ok(())
     }
 
-    /// Inserts records (a later expiry wins over an earlier one); returns
-    /// how many (id, fingerprint) pairs were new.
-    fn insert(map: &mut Map, entries: impl Iterator<Item = (u128, RecordFingerprint)>, expire_ms: i64) -> u64 {
+    /// Inserts records (a later expiry wins over an earlier one, in memory
+    /// and on disk apart); returns how many (id, fingerprint) pairs were new.
+    fn insert(map: &mut Map, entries: impl Iterator<Item = (u128, RecordFingerprint)>, expire: Expiry) -> u64 {
         let mut added = 0;
         for key in entries {
             match map.get_mut(&key) {
-                Some(slot) => *slot = (*slot).max(expire_ms),
+                Some(slot) => {
+                    slot.memory = slot.memory.max(expire.memory);
+                    slot.disk = slot.disk.max(expire.disk);
+                }
                 None => {
-                    map.insert(key, expire_ms);
+                    map.insert(key, expire);
                     added += 1;
                 }
             }
@@ -230,7 +300,16 @@ impl Records {
             let fp = u64::from_be_bytes(r[16..].try_into().unwrap_or_default());
             (h, fp)
         });
-        let added = Self::insert(&mut d.map, entries, expire);
+        // Remembered until the batch's own expiry: what the last process
+        // promised in memory may have been less, never more (module docs).
+        let added = Self::insert(
+            &mut d.map,
+            entries,
+            Expiry {
+                memory: expire,
+                disk: expire,
+            },
+        );
         state.count += added;
         (value.len() / RECORD_BYTES) as u64
     }
@@ -246,7 +325,7 @@ impl Records {
         let mut forgotten = 0u64;
         for d in state.dedupers.values_mut() {
             let before = d.map.len();
-            d.map.retain(|_, &mut expire| expire >= now_ms);
+            d.map.retain(|_, e| e.memory >= now_ms);
             forgotten += (before - d.map.len()) as u64;
             d.batches.retain_mut(|(expire, key)| {
                 let keep = *expire >= now_ms;
@@ -323,8 +402,58 @@ mod tests {
         r.remember(D, &[(b"c", 3)], 300, 200, |_, _| Ok(())).unwrap();
         assert_eq!(r.count(), 3);
         assert_eq!(r.recall(D, &[(b"a", 1), (b"c", 3)], 200), vec![false, true]);
-        assert_eq!(r.sweep(301).len(), 3, "the batches of the \"a\"s and the last one");
+        // On disk each batch lasts an eighth of its window longer (300 + 100 / 8).
+        assert_eq!(r.sweep(312).len(), 2, "the batches of the \"a\"s");
         assert_eq!(r.count(), 0);
+        assert_eq!(r.sweep(313).len(), 1, "the last one");
+    }
+
+    /// Issue 45: with the budget full, a replay of held records was refused
+    /// (each replay counted again), and each replay wrote its records again.
+    #[test]
+    fn replays_take_no_room_and_are_written_only_past_their_disk_expiry() {
+        let r = Records::new(2 * ENTRY_BYTES);
+        let mut disk = Vec::new();
+        let mut keep = |k: &[u8], v: &[u8]| {
+            disk.push((k.to_vec(), v.to_vec()));
+            Ok(())
+        };
+        r.remember(D, &[(b"a", 1), (b"b", 2)], 800, 0, &mut keep).unwrap();
+        // Full. A replay (window 800 from 50) fits in the batch's disk
+        // expiry, 800 + 800 / 8: remembered again in memory, not written.
+        r.remember(D, &[(b"a", 1), (b"b", 2)], 850, 50, |_, _| {
+            panic!("a replay written again")
+        })
+        .unwrap();
+        assert_eq!(r.count(), 2);
+        assert_eq!(r.recall(D, &[(b"a", 1), (b"b", 2)], 850), vec![true, true]);
+        assert_eq!(r.recall(D, &[(b"a", 1)], 851), vec![false]);
+        // New ones are still refused, naming only what does not fit; a
+        // request mixing them with replays is refused whole.
+        let full = r
+            .remember(D, &[(b"a", 1), (b"c", 3)], 860, 60, |_, _| panic!("refused"))
+            .unwrap_err();
+        assert!(
+            matches!(full, StorageError::Capacity(ref m) if m.contains("; 1 more do not fit")),
+            "{full}"
+        );
+        assert_eq!(r.recall(D, &[(b"a", 1), (b"c", 3)], 855), vec![false, false]);
+        // A replay whose window outlasts the disk expiry (900) is written,
+        // alone, with headroom again: 1000 + 800 / 8.
+        r.remember(D, &[(b"a", 1)], 1000, 200, &mut keep).unwrap();
+        assert_eq!(disk.len(), 2);
+        assert_eq!(disk[1].1.len(), RECORD_BYTES, "only the replay that needed it");
+        assert_eq!(split_key(&disk[1].0).unwrap().1, 1100);
+        assert_eq!(r.recall(D, &[(b"a", 1), (b"b", 2)], 1000), vec![true, false]);
+        // After a restart, memory is never short of what it promised: each
+        // record until its latest disk expiry.
+        let loaded = Records::new(2 * ENTRY_BYTES);
+        for (k, v) in &disk {
+            loaded.load(k, v, 0);
+        }
+        assert_eq!(loaded.count(), 2);
+        assert_eq!(loaded.recall(D, &[(b"a", 1), (b"b", 2)], 900), vec![true, true]);
+        assert_eq!(loaded.recall(D, &[(b"a", 1), (b"b", 2)], 1100), vec![true, false]);
     }
 
     #[test]
