@@ -41,11 +41,24 @@
 //! rows then contend on one row lock, for one small `checkAndPut` each; a
 //! claim refused because other slots moved costs one read and one retry.
 //!
+//! A claim this process's own request left held (its release did not
+//! land: the Thrift server restarted, the connection dropped) is an
+//! *orphan* ([`Orphans`]): that request has answered (its unreleased rows
+//! as present) or failed, so nothing of it is still to come from this
+//! process. The next guarded round of the deduper in this process releases
+//! it first, and until then no request of this process waits for it.
+//! Before, a request whose connection dropped between claim and release
+//! left its rows held until another request had watched the token for a
+//! whole lease, and with the watch starting anew in each request and
+//! clients' deadlines at the lease, `AddIfAbsent` stayed unavailable
+//! after a Thrift restart (issue 45, class 5).
+//!
 //! A claim left by a replica that died (or stalled) is taken over once the
 //! same held token has been seen for [`CLAIM_LEASE`] on this process's
-//! monotonic clock (no clock of another machine is involved; every held
-//! slot seen at the read is watched from then on, so several dead rows take
-//! one lease, not one each). The stalled holder then finds another token in
+//! monotonic clock (no clock of another machine is involved): the lease
+//! counts from this process's first sight of the token, whichever request
+//! saw it ([`first_seen`]), so requests that give up at their deadline
+//! still bring the takeover nearer for the next ones. The stalled holder then finds another token in
 //! its slot when it releases, and answers "present" for that row: the safe
 //! side, counted against p, logged. A row's answers stand only if the
 //! request's release of it landed: the taker answers from bits it read
@@ -53,7 +66,8 @@
 //! cannot release a row (refused for half a lease) answers it "present" too.
 //! The guard cell's `_ttl` is the deduper's expiry plus [`TTL_SLACK`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use hbase_thrift::hbase::{THbaseSyncClient, TRowResult};
@@ -101,6 +115,83 @@ const MAX_PAUSE: Duration = Duration::from_millis(50);
 /// Failed `checkAndPut`s in a row (no answer, or a call error) after which
 /// [`claim`] fails the request.
 const MAX_SWAP_ERRORS: u32 = 3;
+
+/// When this process first saw each held token (see [`first_seen`]).
+static SIGHTINGS: std::sync::LazyLock<Mutex<HashMap<Token, Instant>>> = std::sync::LazyLock::new(Default::default);
+
+/// When this process first saw `token` held (now, the first time). Tokens
+/// are random and never reused, so one map serves every guard row.
+/// Sightings older than a few leases are dropped as new ones come.
+pub fn first_seen(token: Token) -> Instant {
+    let mut seen = SIGHTINGS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(at) = seen.get(&token) {
+        return *at;
+    }
+    if seen.len() >= 4096 {
+        seen.retain(|_, at| at.elapsed() < CLAIM_LEASE * 4);
+    }
+    *seen.entry(token).or_insert_with(Instant::now)
+}
+
+/// Claims of this process's own requests left held after the request
+/// ended (a release or give-back that did not land), by (table, guard
+/// row): released by the next guarded round of that deduper
+/// ([`Orphans::settle`]), and never waited for meanwhile.
+#[derive(Default)]
+pub struct Orphans(Mutex<HashMap<(String, Vec<u8>), Vec<(Vec<u32>, Token)>>>);
+
+impl Orphans {
+    /// Notes that `tokens` may still hold rows of `shards` in the guard
+    /// cell of (`table`, `row`).
+    pub fn add(&self, table: &str, row: &[u8], shards: &[u32], tokens: &[Token]) {
+        if tokens.is_empty() {
+            return;
+        }
+        tracing::warn!(
+            table,
+            rows = shards.len(),
+            "AddIfAbsent claim left held (its release did not land): released by this deduper's next AddIfAbsent"
+        );
+        let mut all = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let list = all.entry((table.to_string(), row.to_vec())).or_default();
+        list.extend(tokens.iter().map(|t| (shards.to_vec(), *t)));
+    }
+
+    /// The orphan tokens of (`table`, `row`).
+    pub fn tokens(&self, table: &str, row: &[u8]) -> Vec<Token> {
+        let all = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        all.get(&(table.to_string(), row.to_vec()))
+            .map(|l| l.iter().map(|(_, t)| *t).collect())
+            .unwrap_or_default()
+    }
+
+    /// Releases the orphans of (`table`, `row`) through `cell`; those whose
+    /// release landed (or whose rows another request took over) are
+    /// forgotten, the rest kept for the next round.
+    pub fn settle(&self, table: &str, row: &[u8], cell: &impl Rows) {
+        let list = {
+            let mut all = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            if all.is_empty() {
+                return;
+            }
+            all.remove(&(table.to_string(), row.to_vec()))
+        };
+        let Some(list) = list else { return };
+        let key = (table.to_string(), row.to_vec());
+        let kept: Vec<(Vec<u32>, Token)> = list
+            .into_iter()
+            .filter(|(shards, token)| !give_back(cell, shards, &[*token]))
+            .collect();
+        if !kept.is_empty() {
+            self.0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(key)
+                .or_default()
+                .extend(kept);
+        }
+    }
+}
 
 /// `S:solus#guard` as a Thrift column.
 pub fn column() -> Vec<u8> {
@@ -286,17 +377,27 @@ impl Look {
 
 /// Claims the rows of `shards` (sorted, distinct) in one `checkAndPut`,
 /// given `first`, the guard cell read before every row's bits. Waits while
-/// another request holds one of them (taking a slot over once the same
-/// held token has been seen for the lease), reads again the rows whose
-/// slots moved, and tries again when the claim is refused. Errors:
-/// `Unavailable` past `timing.budget` or after [`MAX_SWAP_ERRORS`] failing
-/// claims, `Corrupt` for a guard cell it cannot read; a claim of this
-/// request that may have landed is given back first.
-pub fn claim(rows: &mut impl Rows, shards: &[u32], first: Vec<u8>, timing: Timing) -> Result<Claim, StorageError> {
+/// another request holds one of them (taking a slot over once its held
+/// token has been seen by this process for the lease; slots held by one
+/// of `orphans`, this process's ended requests, are not waited for), reads
+/// again the rows whose slots moved, and tries again when the claim is
+/// refused. Errors: `Unavailable` past `timing.budget` or after
+/// [`MAX_SWAP_ERRORS`] failing claims, `Corrupt` for a guard cell it
+/// cannot read; a claim of this request that may have landed is given back
+/// first, and the tokens whose give-back did not land are pushed to
+/// `left_held` (orphans for the caller to note).
+pub fn claim(
+    rows: &mut impl Rows,
+    shards: &[u32],
+    first: Vec<u8>,
+    timing: Timing,
+    orphans: &[Token],
+    left_held: &mut Vec<Token>,
+) -> Result<Claim, StorageError> {
     let mut tried = Vec::new();
-    let claimed = claim_tracked(rows, shards, first, timing, &mut tried);
-    if claimed.is_err() && !tried.is_empty() {
-        give_back(rows, shards, &tried);
+    let claimed = claim_tracked(rows, shards, first, timing, orphans, &mut tried);
+    if claimed.is_err() && !tried.is_empty() && !give_back(rows, shards, &tried) {
+        left_held.extend(tried);
     }
     claimed
 }
@@ -308,18 +409,19 @@ fn claim_tracked(
     shards: &[u32],
     first: Vec<u8>,
     timing: Timing,
+    orphans: &[Token],
     tried: &mut Vec<Token>,
 ) -> Result<Claim, StorageError> {
     let started = Instant::now();
     let mut now = Look::new(first)?;
     // Per row, the slot its bits were read under.
     let mut basis: Vec<Option<Slot>> = shards.iter().map(|&s| now.slot(s)).collect();
-    // Held slots seen at the read are watched from now on, all at once, so
-    // several rows a dead replica left are taken over after one lease.
-    let mut watch: Vec<Option<(Token, Instant)>> = basis
-        .iter()
-        .map(|s| s.filter(|s| s.held).map(|s| (s.token, started)))
-        .collect();
+    // Held slots seen at the read are watched from their first sight by
+    // this process, all at once, so several rows a dead replica left are
+    // taken over after one lease.
+    for s in basis.iter().flatten().filter(|s| s.held) {
+        first_seen(s.token);
+    }
     let mut pause = Backoff::new();
     let mut errors = 0;
     loop {
@@ -353,11 +455,10 @@ fn claim_tracked(
         // from when it is first seen.
         let blocked: Vec<bool> = (0..shards.len())
             .map(|i| match now.slot(shards[i]) {
-                Some(s) if s.held && !tried.contains(&s.token) => !abandoned(s.token, &mut watch[i], timing.lease),
-                _ => {
-                    watch[i] = None; // a claim seen after this is a new one
-                    false
+                Some(s) if s.held && !tried.contains(&s.token) && !orphans.contains(&s.token) => {
+                    !abandoned(s.token, timing.lease)
                 }
+                _ => false,
             })
             .collect();
         if blocked.contains(&true) {
@@ -391,26 +492,17 @@ fn claim_tracked(
     }
 }
 
-/// Whether the held `token` has been seen for `lease`: `watch` remembers
-/// the token last seen held and since when.
-fn abandoned(token: Token, watch: &mut Option<(Token, Instant)>, lease: Duration) -> bool {
-    match watch {
-        Some((t, since)) if *t == token => {
-            let over = since.elapsed() >= lease;
-            if over {
-                tracing::warn!(
-                    lease_ms = lease.as_millis() as u64,
-                    "AddIfAbsent taking over a shard row claimed by a replica that held it past the guard \
-                     lease (died or stalled mid-write); that replica answers the row present if it comes back"
-                );
-            }
-            over
-        }
-        _ => {
-            *watch = Some((token, Instant::now()));
-            false
-        }
+/// Whether the held `token` has been seen by this process for `lease`.
+fn abandoned(token: Token, lease: Duration) -> bool {
+    let over = first_seen(token).elapsed() >= lease;
+    if over {
+        tracing::warn!(
+            lease_ms = lease.as_millis() as u64,
+            "AddIfAbsent taking over a shard row claimed by a replica that held it past the guard \
+             lease (died or stalled mid-write); that replica answers the row present if it comes back"
+        );
     }
+    over
 }
 
 /// Pauses between tries on the contended guard cell: 1 ms, doubling up to
@@ -436,9 +528,11 @@ fn cleanup<T>(f: impl FnOnce() -> T) -> T {
 }
 
 /// Releases every slot of `shards` held under one of `tokens` (a claim that
-/// wrote nothing, or whose write failed). Best effort: a slot left held is
-/// taken over after the lease.
-pub fn give_back(rows: &impl Rows, shards: &[u32], tokens: &[Token]) {
+/// wrote nothing, or whose write failed). Best effort: true when no slot
+/// is left held under them (released, or never or no longer theirs);
+/// false when the guard cell could not be read or swapped, and the caller
+/// notes the tokens as [`Orphans`].
+pub fn give_back(rows: &impl Rows, shards: &[u32], tokens: &[Token]) -> bool {
     cleanup(|| {
         for _ in 0..MAX_SWAP_ERRORS {
             let Ok(now) = rows.peek().and_then(Look::new) else {
@@ -446,9 +540,10 @@ pub fn give_back(rows: &impl Rows, shards: &[u32], tokens: &[Token]) {
             };
             match now.releasing(shards, tokens) {
                 Some(next) if !matches!(rows.swap(&now.raw, &next), Ok(true)) => {}
-                _ => return,
+                _ => return true,
             }
         }
+        false
     })
 }
 

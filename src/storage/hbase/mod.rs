@@ -112,6 +112,8 @@ pub struct HbaseStore {
     probe_id: u64,
     /// Rows held by guarded `AddIfAbsent`s of this process (`row_locks.rs`).
     row_locks: row_locks::RowLocks,
+    /// Guard claims this process's ended requests left held (`guard.rs`).
+    guard_orphans: guard::Orphans,
     /// Guarded `AddIfAbsent`s of this process waiting per deduper (`combine.rs`).
     combiner: combine::Combiner,
     /// Reads (`read_bits`) of this process waiting per deduper.
@@ -147,6 +149,7 @@ impl HbaseStore {
             farm: farm.to_string(),
             probe_id: rand::random(),
             row_locks: row_locks::RowLocks::default(),
+            guard_orphans: guard::Orphans::default(),
             combiner: combine::Combiner::default(),
             read_rounds: combine::Combiner::default(),
             write_rounds: combine::Combiner::eager(),
@@ -363,6 +366,20 @@ impl HbaseStore {
         // Held through the round: requests of this process take turns here
         // instead of contending for the claims in HBase.
         let _held = self.row_locks.lock(&table, &rows);
+        let ttl_ms = i64::try_from(d.expiry_seconds.saturating_mul(1000))
+            .unwrap_or(i64::MAX)
+            .saturating_add(guard::TTL_SLACK.as_millis() as i64);
+        let guard_row = guard_row(d);
+        // Claims an earlier request of this process left held: released first.
+        let cell = GuardCell {
+            store: self,
+            d,
+            table: &table,
+            guard_row: &guard_row,
+            ttl_ms,
+        };
+        self.guard_orphans.settle(&table, &guard_row, &cell);
+        let orphans = self.guard_orphans.tokens(&table, &guard_row);
         let (cells, first) = self.read_with_guard(d, &all, true)?;
         // `all` is sorted by shard: each row's bits are one run of it.
         let ranges = shards
@@ -370,19 +387,16 @@ impl HbaseStore {
             .map(|&s| all.partition_point(|a| a.shard < s)..all.partition_point(|a| a.shard <= s))
             .collect();
         let mut guarded = GuardedRows {
-            store: self,
-            d,
-            table: &table,
-            guard_row: guard_row(d),
-            ttl_ms: i64::try_from(d.expiry_seconds.saturating_mul(1000))
-                .unwrap_or(i64::MAX)
-                .saturating_add(guard::TTL_SLACK.as_millis() as i64),
+            cell,
             all: &all,
             ranges,
             cells,
         };
         let timing = guard::Timing::default();
-        let claim = guard::claim(&mut guarded, &shards, first, timing)?;
+        let mut left_held = Vec::new();
+        let claim = guard::claim(&mut guarded, &shards, first, timing, &orphans, &mut left_held);
+        self.guard_orphans.add(&table, &guard_row, &shards, &left_held);
+        let claim = claim?;
         let mut answers = combine::answers(members, &all, &guarded.cells);
         let written = (|| {
             if let (Some(before_write), [mine]) = (before_write, answers.as_slice()) {
@@ -393,7 +407,9 @@ impl HbaseStore {
         if let Err(e) = written {
             // Bits may have landed: released under this claim's token, which
             // no one read the bits under, so the next claimant reads again.
-            guard::give_back(&guarded, &shards, &[claim.token]);
+            if !guard::give_back(&guarded, &shards, &[claim.token]) {
+                self.guard_orphans.add(&table, &guard_row, &shards, &[claim.token]);
+            }
             return Err(e);
         }
         let lost: BTreeSet<u32> = shards
@@ -402,6 +418,11 @@ impl HbaseStore {
             .filter(|(_, kept)| !kept)
             .map(|(s, _)| *s)
             .collect();
+        if !lost.is_empty() {
+            // Rows taken over are settled at once (no slot of ours); rows
+            // whose release did not land are released by the next round.
+            self.guard_orphans.add(&table, &guard_row, &shards, &[claim.token]);
+        }
         if !lost.is_empty() {
             tracing::warn!(
                 rows = lost.len(),
@@ -424,15 +445,36 @@ impl HbaseStore {
     }
 }
 
-/// The rows of one guarded round as `guard::claim` sees them.
-struct GuardedRows<'a> {
+/// A deduper's guard cell: read and swapped alone.
+struct GuardCell<'a> {
     store: &'a HbaseStore,
     d: &'a Deduper,
     table: &'a str,
     /// The deduper's guard row key.
-    guard_row: Vec<u8>,
+    guard_row: &'a [u8],
     /// `_ttl` of the guard cell (ms).
     ttl_ms: i64,
+}
+
+impl guard::Rows for GuardCell<'_> {
+    fn peek(&self) -> Result<Vec<u8>, StorageError> {
+        self.store.read_guard(self.table, self.d)
+    }
+
+    /// No rows of its own: the guard cell alone.
+    fn reread(&mut self, _which: &[usize]) -> Result<Vec<u8>, StorageError> {
+        self.peek()
+    }
+
+    fn swap(&self, expected: &[u8], new: &[u8]) -> Result<bool, StorageError> {
+        let s = self.store;
+        guard::swap(&s.pool, &s.tables, self.table, self.guard_row, expected, new, self.ttl_ms)
+    }
+}
+
+/// The rows of one guarded round as `guard::claim` sees them.
+struct GuardedRows<'a> {
+    cell: GuardCell<'a>,
     /// The round's bits, sorted; `cells[j]` is `all[j]`.
     all: &'a [BitAddr],
     /// Each row's bits within `all` (row `i` is the round's `i`-th shard).
@@ -442,7 +484,7 @@ struct GuardedRows<'a> {
 
 impl guard::Rows for GuardedRows<'_> {
     fn peek(&self) -> Result<Vec<u8>, StorageError> {
-        self.store.read_guard(self.table, self.d)
+        self.cell.peek()
     }
 
     fn reread(&mut self, which: &[usize]) -> Result<Vec<u8>, StorageError> {
@@ -450,7 +492,7 @@ impl guard::Rows for GuardedRows<'_> {
             .iter()
             .flat_map(|&i| self.all[self.ranges[i].clone()].iter().copied())
             .collect();
-        let (cells, value) = self.store.read_with_guard(self.d, &bits, true)?;
+        let (cells, value) = self.cell.store.read_with_guard(self.cell.d, &bits, true)?;
         let mut from = 0;
         for &i in which {
             let range = self.ranges[i].clone();
@@ -462,16 +504,7 @@ impl guard::Rows for GuardedRows<'_> {
     }
 
     fn swap(&self, expected: &[u8], new: &[u8]) -> Result<bool, StorageError> {
-        let s = self.store;
-        guard::swap(
-            &s.pool,
-            &s.tables,
-            self.table,
-            &self.guard_row,
-            expected,
-            new,
-            self.ttl_ms,
-        )
+        self.cell.swap(expected, new)
     }
 }
 

@@ -205,7 +205,7 @@ fn add_if_absent_at(table: &Table, shards: Vec<u32>, entities: &[Vec<u32>], timi
     let rows = shards.len();
     let wanted: Vec<Vec<u32>> = (0..rows).map(|r| entities.iter().map(|e| e[r]).collect()).collect();
     let (mut req, first) = Request::at(table, shards.clone(), wanted);
-    let claim = claim(&mut req, &shards, first, timing).expect("claimed");
+    let claim = claim(&mut req, &shards, first, timing, &[], &mut Vec::new()).expect("claimed");
     let absent: Vec<bool> = (0..entities.len())
         .map(|e| (0..rows).any(|r| !req.seen[r][e]))
         .collect();
@@ -305,7 +305,7 @@ fn a_row_written_between_the_read_and_the_claim_is_read_again() {
     let table = Table::with_rows(1);
     let (mut late, first) = Request::at(&table, vec![0], vec![vec![4]]);
     assert_eq!(add_if_absent(&table, &[vec![4]]), vec![true]);
-    let claim = claim(&mut late, &[0], first, Timing::default()).unwrap();
+    let claim = claim(&mut late, &[0], first, Timing::default(), &[], &mut Vec::new()).unwrap();
     assert_eq!(late.seen[0], vec![true], "the other request's bit 4 seen");
     assert_eq!(release(&late, &[0], &claim, Timing::default()), vec![true]);
 }
@@ -340,7 +340,7 @@ fn a_held_row_is_waited_for_and_read_after_its_holder_writes() {
 fn a_release_after_a_takeover_keeps_only_the_rows_still_held() {
     let table = Table::with_rows(2);
     let (mut req, first) = Request::at(&table, vec![0, 1], vec![vec![1], vec![2]]);
-    let mine = claim(&mut req, &[0, 1], first, Timing::default()).unwrap();
+    let mine = claim(&mut req, &[0, 1], first, Timing::default(), &[], &mut Vec::new()).unwrap();
     table.set_slot(1, Slot::held(token())); // another replica took row 1 over
     assert_eq!(release(&req, &[0, 1], &mine, Timing::default()), vec![true, false]);
     assert_eq!(table.slots()[&0], Slot::released(mine.token));
@@ -355,7 +355,7 @@ fn a_release_after_a_takeover_keeps_only_the_rows_still_held() {
 fn a_stalled_holder_and_its_taker_answer_absent_once() {
     let table = Table::with_rows(1);
     let (mut h, first) = Request::at(&table, vec![0], vec![vec![9]]);
-    let h_claim = claim(&mut h, &[0], first, Timing::default()).unwrap();
+    let h_claim = claim(&mut h, &[0], first, Timing::default(), &[], &mut Vec::new()).unwrap();
     let h_absent = !h.seen[0][0];
     let t_absent = add_if_absent_at(&table, vec![0], &[vec![9]], short(300));
     table.rows.lock().unwrap()[0].insert(9); // H's write lands late
@@ -405,7 +405,7 @@ fn a_claim_whose_answer_was_lost_is_found_in_place() {
     let (mut req, first) = Request::at(&table, vec![0, 1], vec![vec![1], vec![2]]);
     table.lose_answers.store(1, SeqCst);
     let started = Instant::now();
-    let claim = claim(&mut req, &[0, 1], first, short(5_000)).unwrap();
+    let claim = claim(&mut req, &[0, 1], first, short(5_000), &[], &mut Vec::new()).unwrap();
     assert!(started.elapsed() < Duration::from_secs(1), "waited for its own claim");
     assert_eq!(table.swaps.load(SeqCst), 1, "claimed once");
     assert_eq!(table.slots()[&1], Slot::held(claim.token));
@@ -419,7 +419,7 @@ fn a_claim_whose_answer_was_lost_is_found_in_place() {
 fn a_release_whose_answer_was_lost_is_checked_not_taken_as_refused() {
     let table = Table::with_rows(1);
     let (mut req, first) = Request::at(&table, vec![0], vec![vec![1]]);
-    let mine = claim(&mut req, &[0], first, Timing::default()).unwrap();
+    let mine = claim(&mut req, &[0], first, Timing::default(), &[], &mut Vec::new()).unwrap();
     table.lose_answers.store(1, SeqCst);
     assert_eq!(release(&req, &[0], &mine, Timing::default()), vec![true]);
     assert!(table.none_held());
@@ -431,7 +431,7 @@ fn a_release_whose_answer_was_lost_is_checked_not_taken_as_refused() {
 fn a_claim_given_back_leaves_its_rows_released() {
     let table = Table::with_rows(2);
     let (mut req, first) = Request::at(&table, vec![0, 1], vec![vec![1], vec![2]]);
-    let mine = claim(&mut req, &[0, 1], first, Timing::default()).unwrap();
+    let mine = claim(&mut req, &[0, 1], first, Timing::default(), &[], &mut Vec::new()).unwrap();
     give_back(&req, &[0, 1], &[mine.token]);
     assert_eq!(table.slots()[&0], Slot::released(mine.token));
     let started = Instant::now();
@@ -464,7 +464,7 @@ fn an_unreadable_guard_cell_fails_the_claim() {
     *table.guard.lock().unwrap() = vec![0xC1; 17];
     let (mut req, first) = Request::at(&table, vec![0], vec![vec![1]]);
     assert!(matches!(
-        claim(&mut req, &[0], first, Timing::default()),
+        claim(&mut req, &[0], first, Timing::default(), &[], &mut Vec::new()),
         Err(StorageError::Corrupt(_))
     ));
     assert_eq!(table.swaps.load(SeqCst), 0);
@@ -481,7 +481,7 @@ fn a_release_that_cannot_land_answers_its_rows_present() {
     let timing = short(400);
     let table = Table::with_rows(1);
     let (mut a, first) = Request::at(&table, vec![0], vec![vec![9]]);
-    let a_claim = claim(&mut a, &[0], first, timing).unwrap();
+    let a_claim = claim(&mut a, &[0], first, timing, &[], &mut Vec::new()).unwrap();
     let (mut b, b_first) = Request::at(&table, vec![0], vec![vec![9]]); // reads before A's write
     table.rows.lock().unwrap()[0].insert(9); // A's write
     table.churn.store(true, SeqCst);
@@ -490,7 +490,7 @@ fn a_release_that_cannot_land_answers_its_rows_present() {
     table.churn.store(false, SeqCst);
     assert!(started.elapsed() >= timing.lease / 2, "gave up early");
     assert_eq!(a_kept, vec![false]);
-    let b_claim = claim(&mut b, &[0], b_first, timing).unwrap(); // takes A's claim over
+    let b_claim = claim(&mut b, &[0], b_first, timing, &[], &mut Vec::new()).unwrap(); // takes A's claim over
     let a_absent = a_kept[0] && !a.seen[0][0];
     let b_absent = !b.seen[0][0];
     assert_eq!(release(&b, &[0], &b_claim, timing), vec![true]);
@@ -515,7 +515,7 @@ fn dead_claims_found_after_the_read_are_taken_over_after_one_lease() {
         table.set_slot(s, Slot::held(token()));
     }
     let started = Instant::now();
-    let claim = claim(&mut req, &[0, 1, 2], first, timing).unwrap();
+    let claim = claim(&mut req, &[0, 1, 2], first, timing, &[], &mut Vec::new()).unwrap();
     let took = started.elapsed();
     assert!(took >= timing.lease, "taken over after {took:?}");
     assert!(took < timing.lease * 2, "one lease per dead row: {took:?}");
@@ -529,7 +529,7 @@ fn dead_claims_found_after_the_read_are_taken_over_after_one_lease() {
 fn a_release_that_lands_after_its_call_failed_keeps_its_rows() {
     let table = Table::with_rows(2);
     let (mut req, first) = Request::at(&table, vec![0, 1], vec![vec![1], vec![2]]);
-    let claim = claim(&mut req, &[0, 1], first, Timing::default()).unwrap();
+    let claim = claim(&mut req, &[0, 1], first, Timing::default(), &[], &mut Vec::new()).unwrap();
     table.land_late.store(true, SeqCst);
     table.drop_answers.store(1, SeqCst);
     assert_eq!(release(&req, &[0, 1], &claim, Timing::default()), vec![true, true]);
@@ -548,7 +548,7 @@ fn a_claim_that_failed_and_never_landed_is_claimed_again() {
     let table = Table::with_rows(1);
     let (mut req, first) = Request::at(&table, vec![0], vec![vec![1]]);
     table.drop_answers.store(1, SeqCst);
-    let claim = claim(&mut req, &[0], first, Timing::default()).unwrap();
+    let claim = claim(&mut req, &[0], first, Timing::default(), &[], &mut Vec::new()).unwrap();
     assert_eq!(table.swaps.load(SeqCst), 2);
     assert_eq!(table.slots()[&0], Slot::held(claim.token));
     assert_eq!(release(&req, &[0], &claim, Timing::default()), vec![true]);
@@ -564,7 +564,7 @@ fn a_claim_that_failed_and_never_landed_is_claimed_again() {
 fn a_failed_read_during_a_release_is_tried_again() {
     let table = Table::with_rows(2);
     let (mut req, first) = Request::at(&table, vec![0, 1], vec![vec![1], vec![2]]);
-    let claim = claim(&mut req, &[0, 1], first, Timing::default()).unwrap();
+    let claim = claim(&mut req, &[0, 1], first, Timing::default(), &[], &mut Vec::new()).unwrap();
     table.drop_answers.store(1, SeqCst);
     table.fail_peeks.store(2, SeqCst);
     assert_eq!(release(&req, &[0, 1], &claim, Timing::default()), vec![true, true]);
@@ -579,11 +579,88 @@ fn a_release_whose_reads_keep_failing_answers_present_after_half_a_lease() {
     let timing = short(400);
     let table = Table::with_rows(1);
     let (mut req, first) = Request::at(&table, vec![0], vec![vec![1]]);
-    let claim = claim(&mut req, &[0], first, timing).unwrap();
+    let claim = claim(&mut req, &[0], first, timing, &[], &mut Vec::new()).unwrap();
     table.drop_answers.store(1, SeqCst);
     table.fail_peeks.store(usize::MAX, SeqCst);
     let started = Instant::now();
     assert_eq!(release(&req, &[0], &claim, timing), vec![false]);
     assert!(started.elapsed() >= timing.lease / 2, "gave up early");
     table.fail_peeks.store(0, SeqCst);
+}
+
+/// Issue 45, class 5: a request whose release did not land (the Thrift
+/// server restarted between its claim and its release) leaves its rows
+/// held. This process knows the claim is its own and ended: the next
+/// request does not wait a lease for it, and `Orphans::settle` releases it
+/// once the guard cell answers again.
+#[test]
+fn a_claim_this_process_left_held_is_neither_waited_for_nor_kept() {
+    let table = Table::with_rows(2);
+    let (mut req, first) = Request::at(&table, vec![0, 1], vec![vec![1], vec![2]]);
+    let mine = claim(&mut req, &[0, 1], first, Timing::default(), &[], &mut Vec::new()).unwrap();
+    // The release meets a guard that does not answer for half a lease.
+    table.fail_peeks.store(usize::MAX, SeqCst);
+    table.drop_answers.store(usize::MAX, SeqCst);
+    let quick = Timing {
+        lease: Duration::from_millis(200),
+        budget: CLAIM_BUDGET,
+    };
+    assert_eq!(release(&req, &[0, 1], &mine, quick), vec![false, false]);
+    table.fail_peeks.store(0, SeqCst);
+    table.drop_answers.store(0, SeqCst);
+    assert!(!table.none_held(), "left held");
+    let orphans = Orphans::default();
+    orphans.add("t", b"g", &[0, 1], &[mine.token]);
+    // The next request of this process claims at once (no lease).
+    let started = Instant::now();
+    let (mut next, first) = Request::at(&table, vec![0], vec![vec![3]]);
+    let theirs = claim(
+        &mut next,
+        &[0],
+        first,
+        Timing::default(),
+        &orphans.tokens("t", b"g"),
+        &mut Vec::new(),
+    )
+    .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
+    assert_eq!(release(&next, &[0], &theirs, Timing::default()), vec![true]);
+    // Settling releases what is still the orphan's (row 1) and forgets it.
+    orphans.settle("t", b"g", &next);
+    assert!(table.none_held(), "{:?}", table.slots());
+    assert!(orphans.tokens("t", b"g").is_empty());
+}
+
+/// The lease of another process's dead claim counts from this process's
+/// first sight of its token, not anew in each request: requests that give
+/// up at their deadline (here a budget shorter than the lease) still bring
+/// the takeover nearer, and a later one takes it over once the lease has
+/// passed since the first sight.
+#[test]
+fn the_lease_counts_from_this_process_first_sight_of_a_token() {
+    let lease = Duration::from_millis(600);
+    let table = Table::with_rows(1);
+    table.set_slot(0, Slot::held(token()));
+    let started = Instant::now();
+    let impatient = Timing {
+        lease,
+        budget: Duration::from_millis(250),
+    };
+    for _ in 0..2 {
+        let (mut req, first) = Request::at(&table, vec![0], vec![vec![1]]);
+        assert!(matches!(
+            claim(&mut req, &[0], first, impatient, &[], &mut Vec::new()),
+            Err(StorageError::Unavailable(_))
+        ));
+    }
+    let (mut req, first) = Request::at(&table, vec![0], vec![vec![1]]);
+    let third = Instant::now();
+    let claimed = claim(&mut req, &[0], first, impatient, &[], &mut Vec::new()).unwrap();
+    assert!(started.elapsed() >= lease, "taken over before the lease");
+    assert!(
+        third.elapsed() < Duration::from_millis(250),
+        "the third request waited its own lease: {:?}",
+        third.elapsed()
+    );
+    assert_eq!(release(&req, &[0], &claimed, impatient), vec![true]);
 }
