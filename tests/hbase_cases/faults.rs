@@ -621,3 +621,95 @@ fn check_req_of(client: &str, deduper: &str, items: &[String]) -> pb::CheckAbsen
         entities: ents(items),
     }
 }
+
+/// Issue 45, class 8, as found: started just after HBase restarted, its
+/// `createTable` took longer than `read_timeout_ms` and `solus serve`
+/// exited (the old code stayed up only when the connection was refused).
+/// `inject` makes HBase slow or not ready for the first `createTable`s;
+/// the server must stay up, report `NOT_SERVING`, create its tables once
+/// HBase answers and then serve, without a restart.
+async fn start_up_survives(inject: impl FnOnce(&hbase_emulator::EmulatorHandle)) {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_client::HealthClient;
+    let mut b = TestBackend::hbase();
+    b.settings.storage.hbase.read_timeout_ms = 500;
+    inject(b.emulator());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serve = tokio::spawn(solus::server::serve(b.settings.clone(), listener, async {
+        let _ = stopped.await;
+    }));
+    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_lazy();
+    let mut health = HealthClient::new(channel.clone());
+    let mut seen = Vec::new();
+    let start = std::time::Instant::now();
+    while seen.last() != Some(&ServingStatus::Serving) {
+        if serve.is_finished() {
+            let result = serve.await.unwrap();
+            panic!("solus serve exited at start-up after {:?}: {result:?}", start.elapsed());
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "never SERVING; saw {seen:?}");
+        let req = HealthCheckRequest {
+            service: "solus.v1.DeduperService".into(),
+        };
+        if let Ok(r) = health.check(req).await {
+            let status = ServingStatus::try_from(r.get_ref().status).unwrap();
+            if seen.last() != Some(&status) {
+                seen.push(status);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        seen,
+        [ServingStatus::NotServing, ServingStatus::Serving],
+        "up and NOT_SERVING while HBase was slow, then SERVING"
+    );
+    let tables = table_names(&b);
+    assert!(
+        DATA_TABLES.iter().all(|t| tables.contains(&t.to_string())),
+        "{tables:?}"
+    );
+    let mut admin = solus::api::pb::deduper_admin_service_client::DeduperAdminServiceClient::new(channel.clone());
+    admin.create_deduper(create_np("c", "d", 1000, 0.01, 60)).await.unwrap();
+    let mut data = solus::api::pb::deduper_service_client::DeduperServiceClient::new(channel);
+    let added = data
+        .add(pb::AddRequest {
+            client_id: "c".into(),
+            deduper: "d".into(),
+            entities: ents(&["a"]),
+            ttl_ms: 0,
+            request_id: None,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .added;
+    assert_eq!(added, 1);
+    let absent = data
+        .check_absence(check_req(&["a".to_string(), "b".to_string()]))
+        .await
+        .unwrap()
+        .into_inner()
+        .absent;
+    assert_eq!(absent, [false, true]);
+    let _ = stop.send(());
+    serve.await.unwrap().unwrap();
+}
+
+/// `createTable` four times slower than `read_timeout_ms` (500 ms): the
+/// call times out, and the table appears later, as HBase finishes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_table_slower_than_the_read_timeout_at_start_up_is_waited_out() {
+    start_up_survives(|emu| emu.delay_calls("createTable", 3, Duration::from_secs(2))).await;
+}
+
+/// `createTable` answered with a retryable `IOError` (as a master still
+/// initializing answers `PleaseHoldException`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_table_refused_for_now_at_start_up_is_retried() {
+    start_up_survives(|emu| emu.fail_calls("createTable", 3)).await;
+}

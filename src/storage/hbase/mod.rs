@@ -125,9 +125,16 @@ pub struct HbaseStore {
 impl HbaseStore {
     /// Connects lazily and checks the data tables (`table` and
     /// `<table>_<farm>`), creating missing ones when `create_tables` is set.
-    /// An unreachable HBase is not an error here: the store opens and checks
-    /// again later. Errors: `Unavailable` when HBase answers but a data table
-    /// is missing and may not be created, or cannot be created.
+    /// An unreachable or slow HBase is not an error here: when a check fails
+    /// in a way waiting may cure ([`tables::TableCheckError::is_transient`]:
+    /// no connection, a timeout - a `createTable` slower than
+    /// `read_timeout_ms` just after HBase restarted - or an `IOError` HBase
+    /// marks retryable), the store opens anyway and the health probe
+    /// (`ping`) checks and creates the tables again until HBase answers.
+    /// Errors: invalid settings; `Unavailable` when HBase answers that a
+    /// data table is missing and may not be created (`create_tables =
+    /// false`), lacks its family, or may not be created (an `IOError` HBase
+    /// marks final, e.g. `AccessDeniedException`).
     pub fn open(config: HbaseConfig, table: &str, farm: &str) -> Result<HbaseStore, StorageError> {
         config.validate().map_err(StorageError::Unavailable)?;
         let kerberos = if config.kerberos.enabled {
@@ -155,7 +162,15 @@ impl HbaseStore {
             write_rounds: combine::Combiner::eager(),
         };
         match store.pool.call(Retry::Once, |c| c.get_table_names()) {
-            Ok(_) => store.tables.ensure_data(&store.pool)?,
+            Ok(_) => match store.tables.check_data(&store.pool) {
+                Ok(()) => {}
+                Err(e) if e.is_transient() => tracing::warn!(
+                    error = %StorageError::from(e),
+                    "HBase answered at start-up but could not check or create the data tables in time; serving \
+                     NOT_SERVING, and the health probe tries again until it can"
+                ),
+                Err(e) => return Err(e.into()),
+            },
             Err(e) => tracing::warn!(
                 error = %e.into_storage("getTableNames"),
                 "HBase unreachable (or refusing this client: see the error) at start-up; serving NOT_SERVING until it answers"

@@ -49,6 +49,44 @@ pub fn meta_family() -> ColumnDescriptor {
     family(layout::META_FAMILY, "NONE", "ROW", true)
 }
 
+/// Why checking (or creating) a table failed.
+#[derive(Debug)]
+pub enum TableCheckError {
+    /// A Thrift call failed: `what` names it.
+    Call { what: String, error: HbaseError },
+    /// HBase answered, and its tables are not what the settings need (a
+    /// table missing with `create_tables = false`, or without its family):
+    /// nothing changes that but an operator.
+    Setup(String),
+}
+
+impl TableCheckError {
+    /// Whether waiting may cure it: no connection, no answer in time (a
+    /// `createTable` slower than `read_timeout_ms` just after HBase
+    /// restarted), an `IOError` HBase marks `canRetry` (a master still
+    /// initializing), or a table HBase listed and then did not find (being
+    /// created or dropped meanwhile). Not a setup error, nor an `IOError`
+    /// HBase marks final (`AccessDeniedException`, a refused descriptor).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            TableCheckError::Call { error, .. } => {
+                error.retryable()
+                    || matches!(error, HbaseError::Io { message, .. } if message.contains("TableNotFoundException"))
+            }
+            TableCheckError::Setup(_) => false,
+        }
+    }
+}
+
+impl From<TableCheckError> for StorageError {
+    fn from(e: TableCheckError) -> StorageError {
+        match e {
+            TableCheckError::Call { what, error } => error.into_storage(&what),
+            TableCheckError::Setup(why) => StorageError::Unavailable(why),
+        }
+    }
+}
+
 /// Which tables are known to exist.
 pub struct Tables {
     /// Data tables (global and this farm's) that must exist.
@@ -125,6 +163,13 @@ impl Tables {
     /// time). Errors: `Unavailable` when HBase cannot be reached or a table
     /// is missing and may not be created, or lacks family `S`.
     pub fn ensure_data(&self, pool: &Pool) -> Result<(), StorageError> {
+        self.check_data(pool).map_err(StorageError::from)
+    }
+
+    /// [`Tables::ensure_data`], telling a transient failure from a setup
+    /// error ([`TableCheckError::is_transient`]): what start-up needs to
+    /// decide between serving `NOT_SERVING` and stopping.
+    pub fn check_data(&self, pool: &Pool) -> Result<(), TableCheckError> {
         if self.data_ready.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -145,7 +190,8 @@ impl Tables {
         if locked(&self.meta_ready).contains(table) {
             return Ok(());
         }
-        self.ensure(pool, table, layout::META_FAMILY, meta_family)?;
+        self.ensure(pool, table, layout::META_FAMILY, meta_family)
+            .map_err(StorageError::from)?;
         locked(&self.meta_ready).insert(table.to_string());
         Ok(())
     }
@@ -156,17 +202,18 @@ impl Tables {
         table: &str,
         family_name: &str,
         descriptor: fn() -> ColumnDescriptor,
-    ) -> Result<(), StorageError> {
+    ) -> Result<(), TableCheckError> {
+        let call = |what: String| move |error: HbaseError| TableCheckError::Call { what, error };
         let names = pool
             .call(Retry::Idempotent, |c| c.get_table_names())
-            .map_err(|e| e.into_storage("getTableNames"))?;
+            .map_err(call("getTableNames".into()))?;
         if names.iter().any(|n| n.as_slice() == table.as_bytes()) {
             let families = pool
                 .call(Retry::Idempotent, |c| c.get_column_descriptors(table.into()))
-                .map_err(|e| e.into_storage(&format!("getColumnDescriptors {table}")))?;
+                .map_err(call(format!("getColumnDescriptors {table}")))?;
             let wanted = format!("{family_name}:");
             if !families.keys().any(|k| k.as_slice() == wanted.as_bytes()) {
-                return Err(StorageError::Unavailable(format!(
+                return Err(TableCheckError::Setup(format!(
                     "HBase table {table} exists but has no column family {family_name}; \
                      recreate it with deploy/hbase/create-tables.hbase"
                 )));
@@ -177,7 +224,7 @@ impl Tables {
         let again = locked(&self.seen).contains(table);
         if !self.create {
             let gone = if again { " any more (dropped?)" } else { "" };
-            return Err(StorageError::Unavailable(format!(
+            return Err(TableCheckError::Setup(format!(
                 "HBase table {table} does not exist{gone} and storage.hbase.create_tables is false; \
                  create it with deploy/hbase/create-tables.hbase"
             )));
@@ -186,7 +233,7 @@ impl Tables {
             Ok(()) => true,
             // Another replica created it first: just as good.
             Err(HbaseError::AlreadyExists(_)) => false,
-            Err(e) => return Err(e.into_storage(&format!("createTable {table}"))),
+            Err(e) => return Err(call(format!("createTable {table}"))(e)),
         };
         locked(&self.seen).insert(table.to_string());
         if created && again {
@@ -208,6 +255,48 @@ impl Tables {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Start-up stays up for what waiting may cure, and stops for a setup error.
+    #[test]
+    fn transient_table_check_failures_are_told_from_setup_errors() {
+        let call = |error| TableCheckError::Call {
+            what: "createTable solus_deduper".into(),
+            error,
+        };
+        let io = |message: &str, retry| HbaseError::Io {
+            message: message.into(),
+            retry,
+        };
+        for transient in [
+            call(HbaseError::TimedOut("no answer within 5000 ms".into())),
+            call(HbaseError::Connection("Connection refused".into())),
+            call(io(
+                "org.apache.hadoop.hbase.PleaseHoldException: Master is initializing",
+                true,
+            )),
+            call(io(
+                "org.apache.hadoop.hbase.TableNotFoundException: solus_deduper",
+                false,
+            )),
+        ] {
+            assert!(transient.is_transient(), "{transient:?}");
+        }
+        for setup in [
+            call(io(
+                "org.apache.hadoop.hbase.security.AccessDeniedException: Insufficient permissions",
+                false,
+            )),
+            call(HbaseError::IllegalArgument("bad descriptor".into())),
+            TableCheckError::Setup("HBase table solus_deduper does not exist and create_tables is false".into()),
+        ] {
+            assert!(!setup.is_transient(), "{setup:?}");
+        }
+        let e = StorageError::from(call(HbaseError::TimedOut("no answer within 5000 ms".into())));
+        assert_eq!(
+            e.to_string(),
+            "storage unavailable: HBase createTable solus_deduper failed: no answer within 5000 ms"
+        );
+    }
 
     #[test]
     fn descriptors_fill_every_field() {
