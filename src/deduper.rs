@@ -133,6 +133,123 @@ impl Deduper {
     }
 }
 
+/// A value of a stored config that no create accepts (see
+/// [`Deduper::check_stored`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BadStoredValue {
+    /// Which value.
+    pub field: StoredField,
+    /// The generation whose geometry or sizing it is, for a resized deduper
+    /// (`None`: the deduper's own fields).
+    pub generation: Option<u32>,
+    /// What it holds and what is allowed.
+    pub why: String,
+}
+
+/// The fields of a stored config that [`Deduper::check_stored`] checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoredField {
+    Name,
+    HashFunctions,
+    Shards,
+    BitsPerShard,
+    ExpirySeconds,
+    ExpectedInsertions,
+    FalsePositiveRate,
+}
+
+impl StoredField {
+    /// The field's name in [`Deduper`] (and in the embedded store's JSON).
+    pub fn name(self) -> &'static str {
+        match self {
+            StoredField::Name => "name",
+            StoredField::HashFunctions => "hash_functions",
+            StoredField::Shards => "shards",
+            StoredField::BitsPerShard => "bits_per_shard",
+            StoredField::ExpirySeconds => "expiry_seconds",
+            StoredField::ExpectedInsertions => "expected_insertions",
+            StoredField::FalsePositiveRate => "false_positive_rate",
+        }
+    }
+}
+
+impl Deduper {
+    /// Checks a config read from storage against the bounds every create
+    /// applies whatever the settings (`resolve_geometry` with any `limits`):
+    /// a valid name; `hash_functions` 1 to [`MAX_HASH_FUNCTIONS`]; `shards`
+    /// and `bits_per_shard` 1 to 2^31-1 (any `limits.max_shards`, and
+    /// `bits_per_shard` above 2^30 as `limits.allow_biased_bits_per_shard`
+    /// accepts it: lowering a limit later does not orphan dedupers made
+    /// under it); `expiry_seconds` 1 to [`MAX_EXPIRY_SECONDS`]; sizing
+    /// inputs, when recorded, n >= 1 and p in (0, 1). The same for each
+    /// generation's geometry and sizing. Both stores call it on every config
+    /// they decode, so a value overwritten by hand (a zero modulus, zero
+    /// or 2^31-1 hash functions) is refused as that deduper's error, never
+    /// used. Errors: the first bad value.
+    pub fn check_stored(&self) -> Result<(), BadStoredValue> {
+        let bad = |field, generation, why: String| Err(BadStoredValue { field, generation, why });
+        if let Err(e) = validate_name("name", &self.name) {
+            return bad(StoredField::Name, None, e.to_string());
+        }
+        if let Err(e) = validate_expiry(self.expiry_seconds) {
+            return bad(StoredField::ExpirySeconds, None, e.to_string());
+        }
+        let check = |g: &Geometry, n: Option<u64>, p: Option<f64>, generation: Option<u32>| {
+            if !(1..=MAX_HASH_FUNCTIONS).contains(&g.hash_functions) {
+                return bad(
+                    StoredField::HashFunctions,
+                    generation,
+                    ModelError::BadHashFunctions(g.hash_functions).to_string(),
+                );
+            }
+            if !(1..=MAX_BITS_PER_SHARD).contains(&g.shards) {
+                return bad(
+                    StoredField::Shards,
+                    generation,
+                    ModelError::BadShards {
+                        got: g.shards,
+                        max: MAX_BITS_PER_SHARD,
+                    }
+                    .to_string(),
+                );
+            }
+            if !(1..=MAX_BITS_PER_SHARD).contains(&g.bits_per_shard) {
+                return bad(
+                    StoredField::BitsPerShard,
+                    generation,
+                    ModelError::BadBitsPerShard(g.bits_per_shard).to_string(),
+                );
+            }
+            if let Some(n) = n
+                && n == 0
+            {
+                return bad(
+                    StoredField::ExpectedInsertions,
+                    generation,
+                    "expected_insertions must be at least 1, got 0".into(),
+                );
+            }
+            if let Some(p) = p
+                && !(p > 0.0 && p < 1.0)
+            {
+                return bad(
+                    StoredField::FalsePositiveRate,
+                    generation,
+                    format!("false_positive_rate must be above 0 and below 1, got {p}"),
+                );
+            }
+            Ok(())
+        };
+        if self.generations.is_empty() {
+            return check(&self.geometry, self.expected_insertions, self.false_positive_rate, None);
+        }
+        for g in &self.generations {
+            check(&g.geometry, g.expected_insertions, g.false_positive_rate, Some(g.id))?;
+        }
+        Ok(())
+    }
+}
+
 /// How a new deduper is sized.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Sizing {
@@ -295,6 +412,55 @@ mod tests {
         for bad in ["", "a|b", "a b", "ü", &"x".repeat(129), "a:b", "a/b"] {
             assert!(validate_name("name", bad).is_err(), "{bad}");
         }
+    }
+
+    /// Issue 45, class 6: the values a hand `put` left in a config row.
+    #[test]
+    fn stored_configs_are_held_to_the_bounds_of_every_create() {
+        let geometry = Geometry {
+            hash_functions: 7,
+            shards: 2,
+            bits_per_shard: 1000,
+        };
+        let good = Deduper::new("c", "d", geometry, 60, Level::Global, 1);
+        assert_eq!(good.check_stored(), Ok(()));
+        let biased = Deduper {
+            geometry: Geometry {
+                bits_per_shard: MAX_BITS_PER_SHARD,
+                shards: MAX_BITS_PER_SHARD,
+                ..geometry
+            },
+            ..good.clone()
+        };
+        assert_eq!(biased.check_stored(), Ok(()), "any limits a create may have had");
+        let refused = |f: &dyn Fn(&mut Deduper)| {
+            let mut d = good.clone();
+            f(&mut d);
+            d.check_stored().unwrap_err()
+        };
+        for (k, field) in [
+            (0, StoredField::HashFunctions),
+            (i32::MAX as u32, StoredField::HashFunctions),
+        ] {
+            let e = refused(&|d| d.geometry.hash_functions = k);
+            assert_eq!((e.field, e.generation), (field, None));
+            assert!(e.why.contains(&format!("got {k}")), "{}", e.why);
+        }
+        assert_eq!(refused(&|d| d.geometry.shards = 0).field, StoredField::Shards);
+        assert_eq!(
+            refused(&|d| d.geometry.bits_per_shard = 0).field,
+            StoredField::BitsPerShard
+        );
+        assert_eq!(refused(&|d| d.expiry_seconds = 0).field, StoredField::ExpirySeconds);
+        assert_eq!(refused(&|d| d.name = "a|b".into()).field, StoredField::Name);
+        assert_eq!(
+            refused(&|d| d.expected_insertions = Some(0)).field,
+            StoredField::ExpectedInsertions
+        );
+        assert_eq!(
+            refused(&|d| d.false_positive_rate = Some(f64::NAN)).field,
+            StoredField::FalsePositiveRate
+        );
     }
 
     #[test]

@@ -150,8 +150,8 @@ impl pb::deduper_admin_service_server::DeduperAdminService for AdminService {
         let (metadata, extensions, r) = request.into_parts();
         authorize(&extensions, &r.client_id)?;
         within_deadline("ListDedupers", &metadata, self.timeout, async {
-            let list = self.engine.list_dedupers(&r.client_id, r.active_only).await;
-            let list = list.map_err(status_of)?;
+            let list = self.engine.list_dedupers_checked(&r.client_id, r.active_only).await;
+            let (list, unreadable) = list.map_err(status_of)?;
             Ok(Response::new(pb::ListDedupersResponse {
                 dedupers: list
                     .into_iter()
@@ -159,6 +159,13 @@ impl pb::deduper_admin_service_server::DeduperAdminService for AdminService {
                         let stats = self.engine.stats_of(&d.client_id, &d.name);
                         let per = self.engine.generation_stats_of(&d.client_id, &d.name);
                         deduper_with_generations_to_pb(d, stats, &per)
+                    })
+                    .collect(),
+                unreadable: unreadable
+                    .into_iter()
+                    .map(|u| pb::UnreadableDeduper {
+                        name: u.name,
+                        error: u.error,
                     })
                     .collect(),
             }))

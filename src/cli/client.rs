@@ -269,6 +269,9 @@ pub async fn deduper(command: DeduperCommand) -> anyhow::Result<()> {
                 .await
                 .map_err(|s| call_error(s, call))?;
             r.get_ref().dedupers.iter().for_each(print_deduper);
+            for u in &r.get_ref().unreadable {
+                println!("unreadable {}: {}", u.name, u.error);
+            }
         }
         DeduperCommand::Update {
             target,

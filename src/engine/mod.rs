@@ -1136,6 +1136,21 @@ impl Engine {
         Ok(d)
     }
 
+    /// A client's dedupers sorted by name, and apart those whose stored
+    /// config cannot be used ([`crate::storage::Unreadable`]), sorted by name.
+    pub async fn list_dedupers_checked(
+        &self,
+        client_id: &str,
+        active_only: bool,
+    ) -> Result<(Vec<Deduper>, Vec<crate::storage::Unreadable>), EngineError> {
+        deduper::validate_name("client_id", client_id)?;
+        let store = self.store.clone();
+        let c = client_id.to_string();
+        let (list, unreadable) = Self::blocking(move || Ok(store.list_dedupers_checked(&c, active_only)?)).await?;
+        list.iter().for_each(|d| self.stats.note(d));
+        Ok((list, unreadable))
+    }
+
     /// A client's dedupers sorted by name.
     pub async fn list_dedupers(&self, client_id: &str, active_only: bool) -> Result<Vec<Deduper>, EngineError> {
         deduper::validate_name("client_id", client_id)?;

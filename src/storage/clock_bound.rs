@@ -370,6 +370,14 @@ impl Store for ClockBoundStore {
         self.inner.list_dedupers(client_id, active_only)
     }
 
+    fn list_dedupers_checked(
+        &self,
+        client_id: &str,
+        active_only: bool,
+    ) -> Result<(Vec<Deduper>, Vec<crate::storage::Unreadable>), StorageError> {
+        self.inner.list_dedupers_checked(client_id, active_only)
+    }
+
     fn delete_deduper(&self, deduper: &Deduper) -> Result<bool, StorageError> {
         self.may_write()?;
         self.inner.delete_deduper(deduper)

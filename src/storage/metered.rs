@@ -173,6 +173,16 @@ impl Store for MeteredStore {
         Self::timed("list_dedupers", || self.inner.list_dedupers(client_id, active_only))
     }
 
+    fn list_dedupers_checked(
+        &self,
+        client_id: &str,
+        active_only: bool,
+    ) -> Result<(Vec<Deduper>, Vec<crate::storage::Unreadable>), StorageError> {
+        Self::timed("list_dedupers", || {
+            self.inner.list_dedupers_checked(client_id, active_only)
+        })
+    }
+
     fn delete_deduper(&self, deduper: &Deduper) -> Result<bool, StorageError> {
         let r = Self::timed("delete_deduper", || self.inner.delete_deduper(deduper));
         if let Ok(true) = r {

@@ -87,6 +87,17 @@ pub struct ClockOffset {
     pub error_ms: i64,
 }
 
+/// A stored deduper config that cannot be used: bytes that do not decode,
+/// or a value no create accepts ([`Deduper::check_stored`]), e.g. one
+/// overwritten by hand. Reads of it answer `Corrupt` with `error`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreadable {
+    /// The deduper's name, from the config's key (row key).
+    pub name: String,
+    /// What is wrong, naming the row and the column (or field).
+    pub error: String,
+}
+
 /// A storage failure.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StorageError {
@@ -294,8 +305,22 @@ pub trait Store: Send + Sync + 'static {
     /// One deduper config, `None` when absent.
     fn get_deduper(&self, client_id: &str, name: &str) -> Result<Option<Deduper>, StorageError>;
 
-    /// A client's deduper configs, sorted by name; only active ones when asked.
+    /// A client's deduper configs, sorted by name; only active ones when
+    /// asked. A config that cannot be used ([`Unreadable`]) is left out.
     fn list_dedupers(&self, client_id: &str, active_only: bool) -> Result<Vec<Deduper>, StorageError>;
+
+    /// [`Store::list_dedupers`], and the configs left out because they
+    /// cannot be used (each with why), sorted by name: one damaged config
+    /// is its deduper's error, never the whole list's. Unreadable configs
+    /// are listed whatever `active_only` says (their `active` is not
+    /// known). The default lists none.
+    fn list_dedupers_checked(
+        &self,
+        client_id: &str,
+        active_only: bool,
+    ) -> Result<(Vec<Deduper>, Vec<Unreadable>), StorageError> {
+        Ok((self.list_dedupers(client_id, active_only)?, Vec::new()))
+    }
 
     /// Removes `deduper`'s bits and then its config, so an interrupted
     /// delete leaves the config in place and can be run again (the caller

@@ -670,8 +670,47 @@ impl Inner {
     }
 }
 
-fn decode_meta(bytes: &[u8]) -> Result<Deduper, StorageError> {
-    serde_json::from_slice(bytes).map_err(|e| StorageError::Corrupt(format!("deduper config: {e}")))
+/// The config stored under meta key `key` ([`codec::deduper_key`]), checked
+/// against the bounds of every create ([`Deduper::check_stored`]): a value
+/// no create accepts is never used. Errors: `Corrupt`, naming the deduper
+/// (from the key) and the field.
+fn decode_meta(key: &[u8], bytes: &[u8]) -> Result<Deduper, StorageError> {
+    let (client_id, name) = match key.iter().position(|&b| b == 0) {
+        Some(i) => (&key[..i], &key[i + 1..]),
+        None => (key, &[][..]),
+    };
+    let what = format!(
+        "config of deduper \"{}\" of client \"{}\" (embedded store, meta keyspace)",
+        name.escape_ascii(),
+        client_id.escape_ascii()
+    );
+    let fix = "this deduper is refused; the client's other dedupers are served";
+    let d: Deduper = serde_json::from_slice(bytes)
+        .map_err(|e| StorageError::Corrupt(format!("{what}: does not decode: {e}; {fix}")))?;
+    if d.client_id.as_bytes() != client_id || d.name.as_bytes() != name {
+        return Err(StorageError::Corrupt(format!(
+            "{what}: field client_id/name holds {:?}/{:?}, not its key's; {fix}",
+            d.client_id, d.name
+        )));
+    }
+    d.check_stored().map_err(|e| {
+        let generation = e
+            .generation
+            .map(|g| format!("generations[id {g}]."))
+            .unwrap_or_default();
+        StorageError::Corrupt(format!(
+            "{what}: field {generation}{} holds a value no create accepts: {}; {fix}",
+            e.field.name(),
+            e.why
+        ))
+    })?;
+    Ok(d)
+}
+
+/// The deduper name in a meta key, for a config that does not decode.
+fn name_of_key(key: &[u8]) -> String {
+    let name = key.iter().position(|&b| b == 0).map_or(key, |i| &key[i + 1..]);
+    String::from_utf8_lossy(name).into_owned()
 }
 
 impl Inner {
@@ -828,8 +867,12 @@ impl Store for EmbeddedStore {
         let mut out = Vec::new();
         self.inner.with_fjall(|h| {
             for kv in h.meta.iter() {
-                let d = decode_meta(&kv.value().map_err(unavailable)?)?;
-                if !d.generations.is_empty() {
+                let (key, value) = kv.into_inner().map_err(unavailable)?;
+                // An unusable config was reported at start-up and is
+                // refused when looked up; it has no generations to resume.
+                if let Ok(d) = decode_meta(&key, &value)
+                    && !d.generations.is_empty()
+                {
                     out.push(d);
                 }
             }
@@ -1040,25 +1083,37 @@ impl Store for EmbeddedStore {
     }
 
     fn get_deduper(&self, client_id: &str, name: &str) -> Result<Option<Deduper>, StorageError> {
-        let value = self
-            .inner
-            .with_fjall(|h| h.meta.get(codec::deduper_key(client_id, name)).map_err(unavailable))?;
-        value.map(|v| decode_meta(&v)).transpose()
+        let key = codec::deduper_key(client_id, name);
+        let value = self.inner.with_fjall(|h| h.meta.get(&key).map_err(unavailable))?;
+        value.map(|v| decode_meta(&key, &v)).transpose()
     }
 
     fn list_dedupers(&self, client_id: &str, active_only: bool) -> Result<Vec<Deduper>, StorageError> {
-        let mut out = Vec::new();
+        Ok(self.list_dedupers_checked(client_id, active_only)?.0)
+    }
+
+    fn list_dedupers_checked(
+        &self,
+        client_id: &str,
+        active_only: bool,
+    ) -> Result<(Vec<Deduper>, Vec<crate::storage::Unreadable>), StorageError> {
+        let (mut out, mut unreadable) = (Vec::new(), Vec::new());
         self.inner.with_fjall(|h| {
             for kv in h.meta.prefix(codec::client_prefix(client_id)) {
-                let d = decode_meta(&kv.value().map_err(unavailable)?)?;
-                if d.active || !active_only {
-                    out.push(d);
+                let (key, value) = kv.into_inner().map_err(unavailable)?;
+                match decode_meta(&key, &value) {
+                    Ok(d) if d.active || !active_only => out.push(d),
+                    Ok(_) => {}
+                    Err(e) => unreadable.push(crate::storage::Unreadable {
+                        name: name_of_key(&key),
+                        error: e.to_string(),
+                    }),
                 }
             }
             Ok(())
         })?;
         out.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(out)
+        Ok((out, unreadable))
     }
 
     /// Under the meta lock: checkpoints (its pages are saved with the

@@ -32,8 +32,17 @@ impl Inner {
         let mut dedupers = HashMap::new();
         let (mut reserved, mut configs) = (0u64, 0usize);
         for kv in h.meta.iter() {
-            let (_, value) = kv.into_inner().map_err(unavailable)?;
-            let d = decode_meta(&value)?;
+            let (key, value) = kv.into_inner().map_err(unavailable)?;
+            // An unusable config is that deduper's error alone: not loaded
+            // (its page file stays; its journal records are not replayed),
+            // refused with this message when looked up (`get_deduper`).
+            let d = match decode_meta(&key, &value) {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::error!(error = %e, "deduper config unusable: not loaded, the deduper is refused");
+                    continue;
+                }
+            };
             configs += 1;
             // One filter per generation (`generations.rs`): generation 0
             // under the meta key itself, later ones under `<name>~g<N>`.

@@ -336,8 +336,13 @@ pub fn decode_deduper(client_id: &str, columns: &BTreeMap<Vec<u8>, TCell>) -> Re
     if get(HASH_FUNCTIONS).is_none() || get(CLAIM).is_some_and(|c| c != CLAIM_DONE) {
         return Ok(None);
     }
-    let bad =
-        |q: &str, why: &str| StorageError::Corrupt(format!("deduper config of {client_id:?}: column C:{q} {why}"));
+    let shown_name = get(NAME).map(String::from_utf8_lossy);
+    let bad = |q: &str, why: &str| {
+        StorageError::Corrupt(format!(
+            "{}: column C:{q} {why}; {DAMAGED_ROW_FIX}",
+            describe_row(client_id, shown_name.as_deref())
+        ))
+    };
     let need = |q: &'static str| get(q).ok_or_else(|| bad(q, "is missing"));
     let fixed = |q: &'static str, len: usize| -> Result<&[u8], StorageError> {
         let v = need(q)?;
@@ -373,11 +378,13 @@ pub fn decode_deduper(client_id: &str, columns: &BTreeMap<Vec<u8>, TCell>) -> Re
     let mut expiry_seconds = u64::try_from(expiry).map_err(|_| bad(EXPIRY, "is negative"))?;
     let mut update_time_ms = long(UPDATE_TIME)?;
     let mut generations = Vec::new();
+    let mut expiry_column = EXPIRY;
     if let Some(v) = get(VERSION) {
         let (utime, a, e, rest) =
             decode_version(v).ok_or_else(|| bad(VERSION, &format!("holds {} bytes, expected 17 or more", v.len())))?;
         if utime >= update_time_ms {
             (update_time_ms, active, expiry_seconds) = (utime, a, e);
+            expiry_column = VERSION;
         }
         // From `ver` whatever its age: no other column records them.
         generations = decode_generations(rest).map_err(|why| bad(VERSION, &why))?;
@@ -403,7 +410,7 @@ pub fn decode_deduper(client_id: &str, columns: &BTreeMap<Vec<u8>, TCell>) -> Re
         Some(_) => layout::decode_legacy(fixed(LEGACY_MARKERS, 1)?).expect("1 byte"),
         None => true,
     };
-    Ok(Some(Deduper {
+    let d = Deduper {
         client_id: client_id.to_string(),
         name: text(NAME)?,
         geometry,
@@ -418,7 +425,46 @@ pub fn decode_deduper(client_id: &str, columns: &BTreeMap<Vec<u8>, TCell>) -> Re
         max_expiry_seconds,
         may_hold_legacy_markers,
         generations,
-    }))
+    };
+    // Values out of every create's bounds (a hand `put`): refused here, so
+    // no caller computes with them (issue 45, class 6).
+    if let Err(e) = d.check_stored() {
+        use crate::deduper::StoredField as F;
+        let column = match (e.field, e.generation) {
+            (F::Name, _) => NAME,
+            (F::ExpirySeconds, _) => expiry_column,
+            (_, Some(_)) => VERSION,
+            (F::HashFunctions, None) => HASH_FUNCTIONS,
+            (F::Shards, None) => SHARDS,
+            (F::BitsPerShard, None) => BITS_PER_SHARD,
+            (F::ExpectedInsertions, None) => EXPECTED_INSERTIONS,
+            (F::FalsePositiveRate, None) => FALSE_POSITIVE_RATE,
+        };
+        let generation = e.generation.map(|g| format!("generation {g}'s ")).unwrap_or_default();
+        return Err(bad(
+            column,
+            &format!("holds a value no create accepts: {generation}{}", e.why),
+        ));
+    }
+    Ok(Some(d))
+}
+
+/// What the operator is told to do about a config row that cannot be used.
+pub const DAMAGED_ROW_FIX: &str = "this deduper is refused until the cell is put back to a valid value \
+     (or the row deleted) in HBase; the client's other dedupers are served (docs/hbase.md, \"A damaged config row\")";
+
+/// A meta row as an operator finds it in the HBase shell: the deduper (when
+/// its `C:name` reads), the table and the row key (non-printable bytes as
+/// `\xNN`, as the shell writes them).
+pub fn describe_row(client_id: &str, name: Option<&str>) -> String {
+    let table = layout::meta_table(client_id);
+    match name {
+        Some(name) => format!(
+            "config row of deduper {name:?} of client {client_id:?} (table {table}, row \"{}\")",
+            layout::meta_row_key(client_id, name).escape_ascii()
+        ),
+        None => format!("a config row of client {client_id:?} (table {table})"),
+    }
 }
 
 #[cfg(test)]

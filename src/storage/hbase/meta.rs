@@ -35,7 +35,7 @@ use super::pool::{Pool, Retry};
 use super::tables::Tables;
 use crate::contract::layout;
 use crate::deduper::Deduper;
-use crate::storage::{Change, RequestKey, StorageError};
+use crate::storage::{Change, RequestKey, StorageError, Unreadable};
 
 /// Compare-and-set attempts of one update before it answers `Unavailable`.
 pub const UPDATE_ATTEMPTS: u32 = 50;
@@ -81,9 +81,47 @@ pub(super) fn read_row(
 /// One `getRowWithColumns`. Errors: `Unavailable`, `Corrupt`.
 pub fn get(pool: &Pool, tables: &Tables, client_id: &str, name: &str) -> Result<Option<Deduper>, StorageError> {
     match read_row(pool, tables, client_id, name)? {
-        Some(columns) => codec::decode_deduper(client_id, &columns),
+        Some(columns) => decode_row(client_id, name, &columns),
         None => Ok(None),
     }
+}
+
+/// [`codec::decode_deduper`] of the row of deduper `name`, which must also
+/// be the name its `C:name` holds: a row whose `C:name` was overwritten
+/// would be used under the other name (its shard rows, its health).
+/// Errors: `Corrupt`, naming the row and the column.
+fn decode_row(
+    client_id: &str,
+    name: &str,
+    columns: &BTreeMap<Vec<u8>, TCell>,
+) -> Result<Option<Deduper>, StorageError> {
+    let d = codec::decode_deduper(client_id, columns).map_err(|e| match e {
+        // Named after the row key, which is what the shell shows.
+        StorageError::Corrupt(why) if !why.contains(&format!("deduper {name:?}")) => StorageError::Corrupt(format!(
+            "{} (C:name does not say): {why}",
+            codec::describe_row(client_id, Some(name))
+        )),
+        e => e,
+    })?;
+    match d {
+        Some(d) if d.name != name => Err(StorageError::Corrupt(format!(
+            "{}: column C:name holds {:?}, not the row key's name; {}",
+            codec::describe_row(client_id, Some(name)),
+            d.name,
+            codec::DAMAGED_ROW_FIX
+        ))),
+        d => Ok(d),
+    }
+}
+
+/// The deduper name in a meta row key of `client_id`
+/// (`<prefix>deDuperConfig|<client_id>|<name>`); `None` for other rows
+/// (remembered requests and records share the table).
+fn name_of_row<'a>(client_id: &str, row: &'a [u8]) -> Option<&'a str> {
+    let head = format!("{}|{client_id}|", layout::META_ROW_PREFIX);
+    let name = row.get(1..)?.strip_prefix(head.as_bytes())?;
+    let name = std::str::from_utf8(name).ok()?;
+    (layout::meta_row_key(client_id, name) == row).then_some(name)
 }
 
 /// Writes `C:maxexp` of `d` at its own timestamp (`codec::max_expiry_put`);
@@ -152,7 +190,7 @@ pub fn update(
         let Some(columns) = read_row(pool, tables, client_id, name)? else {
             return Ok(None);
         };
-        let Some(mut d) = codec::decode_deduper(client_id, &columns)? else {
+        let Some(mut d) = decode_row(client_id, name, &columns)? else {
             return Ok(None);
         };
         let expected = columns.get(&ver_col).and_then(|c| c.value.clone()).unwrap_or_default();
@@ -284,9 +322,16 @@ pub fn remember_request(
 
 /// Scans the client's meta table (only rows whose `a` is true when
 /// `active_only`, filtered by HBase) and returns complete configs sorted by
-/// name. A missing table is an empty list (and forgotten as checked).
-/// Errors: `Unavailable`, `Corrupt`.
-pub fn list(pool: &Pool, tables: &Tables, client_id: &str, active_only: bool) -> Result<Vec<Deduper>, StorageError> {
+/// name, and apart the config rows that cannot be used (each with its
+/// `Corrupt` message), sorted by name: one damaged row is its deduper's
+/// error, not the list's. A missing table is an empty list (and forgotten
+/// as checked). Errors: `Unavailable`.
+pub fn list(
+    pool: &Pool,
+    tables: &Tables,
+    client_id: &str,
+    active_only: bool,
+) -> Result<(Vec<Deduper>, Vec<Unreadable>), StorageError> {
     let table = layout::meta_table(client_id);
     let result = pool.call(Retry::Idempotent, |c| {
         let scan = TScan {
@@ -312,26 +357,40 @@ pub fn list(pool: &Pool, tables: &Tables, client_id: &str, active_only: bool) ->
         Ok(rows) => rows,
         Err(e) if e.is_table_not_found(&table) => {
             tables.forget(&table);
-            return Ok(Vec::new());
+            return Ok((Vec::new(), Vec::new()));
         }
         Err(e) => return Err(e.into_storage(&format!("scan of {table}"))),
     };
     let mut out = Vec::with_capacity(rows.len());
+    let mut unreadable = Vec::new();
+    let empty = BTreeMap::new();
     for r in rows {
-        if let Some(d) = codec::decode_deduper(client_id, r.columns.as_ref().unwrap_or(&BTreeMap::new()))?
-            && (d.active || !active_only)
-        {
-            out.push(d);
+        let columns = r.columns.as_ref().unwrap_or(&empty);
+        let Some(name) = r.row.as_deref().and_then(|row| name_of_row(client_id, row)) else {
+            // Not a config row (its key says so); its cells decide nothing.
+            continue;
+        };
+        match decode_row(client_id, name, columns) {
+            Ok(Some(d)) if d.active || !active_only => out.push(d),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(client_id, deduper = name, error = %e, "unusable deduper config left out of a list");
+                unreadable.push(Unreadable {
+                    name: name.to_string(),
+                    error: e.to_string(),
+                });
+            }
         }
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(out)
+    unreadable.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok((out, unreadable))
 }
 
 /// Every config with generations, of every client: `getTableNames`, then
-/// [`list`] of each `<client_id>_dedupers` table. A client whose table
-/// holds a config this replica cannot decode is skipped with a warning (its
-/// dedupers resume when next looked up, which reports the damage).
+/// [`list`] of each `<client_id>_dedupers` table. A config this replica
+/// cannot use is skipped (`list` logs it; the deduper is refused when
+/// looked up, with the same message), the client's others are resumed.
 /// Errors: `Unavailable`.
 pub fn resized(pool: &Pool, tables: &Tables) -> Result<Vec<Deduper>, StorageError> {
     let names = pool
@@ -349,13 +408,10 @@ pub fn resized(pool: &Pool, tables: &Tables) -> Result<Vec<Deduper>, StorageErro
         if client_id.is_empty() || layout::meta_table(client_id).as_bytes() != name.as_slice() {
             continue;
         }
-        match list(pool, tables, client_id, false) {
-            Ok(list) => out.extend(list.into_iter().filter(|d| !d.generations.is_empty())),
-            Err(StorageError::Corrupt(why)) => {
-                tracing::warn!(client_id, error = %why, "skipping a client's configs while resuming resizes")
-            }
-            Err(e) => return Err(e),
-        }
+        // An unusable config is skipped (logged by `list`): its deduper
+        // resumes when next looked up, which reports the damage.
+        let (list, _) = list(pool, tables, client_id, false)?;
+        out.extend(list.into_iter().filter(|d| !d.generations.is_empty()));
     }
     Ok(out)
 }

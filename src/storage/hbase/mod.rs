@@ -815,6 +815,14 @@ impl Store for HbaseStore {
     }
 
     fn list_dedupers(&self, client_id: &str, active_only: bool) -> Result<Vec<Deduper>, StorageError> {
+        Ok(meta::list(&self.pool, &self.tables, client_id, active_only)?.0)
+    }
+
+    fn list_dedupers_checked(
+        &self,
+        client_id: &str,
+        active_only: bool,
+    ) -> Result<(Vec<Deduper>, Vec<crate::storage::Unreadable>), StorageError> {
         meta::list(&self.pool, &self.tables, client_id, active_only)
     }
 
