@@ -17,6 +17,8 @@
 //! | `solus_dedupers` | gauge | | dedupers known to this process (see [`DEDUPERS`]) |
 //! | `solus_ready` | gauge | | 1 while storage answers the health probe (readiness `SERVING`), else 0 |
 //! | `solus_journal_unreadable_records` | gauge | | embedded journal records found damaged and lost at this start-up (started with `storage.embedded.start_with_damaged_journal`) |
+//! | `solus_checkpoint_consecutive_failures` | gauge | | embedded checkpoints failed since the last one that succeeded (0 while they succeed) |
+//! | `solus_checkpoint_last_success_timestamp_seconds` | gauge | | when an embedded checkpoint last succeeded, s since the Unix epoch (0: none since start-up) |
 //! | `solus_deduper_requests_total` | counter | `client`, `deduper`, `rpc` | data requests answered `OK`, per deduper |
 //! | `solus_deduper_entities_total` | counter | `client`, `deduper`, `rpc` | entities of those requests |
 //! | `solus_deduper_fill_ratio` | gauge | `client`, `deduper` | fraction of the m bits set now (expiry >= now) |
@@ -87,6 +89,10 @@ pub const STORAGE_DURATION: &str = "solus_storage_call_duration_seconds";
 /// delete of an older deduper can take below 0).
 pub const DEDUPERS: &str = "solus_dedupers";
 pub const JOURNAL_UNREADABLE: &str = "solus_journal_unreadable_records";
+/// Embedded checkpoints failed in a row (issue 45: a failing checkpoint was
+/// visible only in the log).
+pub const CHECKPOINT_FAILURES: &str = "solus_checkpoint_consecutive_failures";
+pub const CHECKPOINT_LAST_SUCCESS: &str = "solus_checkpoint_last_success_timestamp_seconds";
 
 /// Per-deduper series (labels `client`, `deduper`; see [`deduper_labels`]).
 pub const DEDUPER_REQUESTS: &str = "solus_deduper_requests_total";
@@ -156,6 +162,8 @@ struct Metrics {
     dedupers: Gauge,
     ready: Gauge,
     journal_unreadable: Gauge,
+    checkpoint_failures: Gauge,
+    checkpoint_last_success: Gauge,
     records_remembered: Counter,
     resizes_started: Counter,
     auto_resize: Family<Labels, Counter>,
@@ -275,6 +283,18 @@ impl Metrics {
             JOURNAL_UNREADABLE,
             "Embedded journal records found damaged and lost at this start-up",
             journal_unreadable.clone(),
+        );
+        let checkpoint_failures = Gauge::default();
+        registry.register(
+            CHECKPOINT_FAILURES,
+            "Embedded checkpoints failed since the last one that succeeded (the journal grows meanwhile)",
+            checkpoint_failures.clone(),
+        );
+        let checkpoint_last_success = Gauge::default();
+        registry.register(
+            CHECKPOINT_LAST_SUCCESS,
+            "When an embedded checkpoint last succeeded, in seconds since the Unix epoch (0: none since start-up)",
+            checkpoint_last_success.clone(),
         );
         let resizes_started = Counter::default();
         registry.register(
@@ -413,6 +433,8 @@ impl Metrics {
             dedupers,
             ready,
             journal_unreadable,
+            checkpoint_failures,
+            checkpoint_last_success,
             records_remembered,
             resizes_started,
             auto_resize,
@@ -753,6 +775,16 @@ pub fn deduper_gone(client_id: &str, name: &str, figures: Option<bool>) {
 /// Sets `solus_journal_unreadable_records`: journal records lost at start-up.
 pub fn set_journal_unreadable_records(records: u64) {
     m().journal_unreadable.set(i64::try_from(records).unwrap_or(i64::MAX));
+}
+
+/// Sets `solus_checkpoint_consecutive_failures`.
+pub fn set_checkpoint_failures(failures: u64) {
+    m().checkpoint_failures.set(i64::try_from(failures).unwrap_or(i64::MAX));
+}
+
+/// Sets `solus_checkpoint_last_success_timestamp_seconds` (seconds since the epoch).
+pub fn set_checkpoint_last_success(unix_seconds: i64) {
+    m().checkpoint_last_success.set(unix_seconds);
 }
 
 /// Counts record ids remembered and answers given again from them.

@@ -36,7 +36,8 @@ pub const DATA_SERVICE_NAME: &str = "solus.v1.DeduperService";
 const RETIRE_PASS_INTERVAL: Duration = Duration::from_millis(500);
 
 /// Health service name of recovery damage ([`Store::damage`]): SERVING when
-/// there is none, NOT_SERVING while damaged journal files are kept aside.
+/// there is none, NOT_SERVING while damaged journal files are kept aside or
+/// the embedded checkpoints keep failing.
 /// Not asked by the probes: the replica serves what it could read.
 pub const JOURNAL_SERVICE_NAME: &str = "solus.v1.Journal";
 

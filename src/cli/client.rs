@@ -509,7 +509,7 @@ pub async fn health(target: &Target) -> anyhow::Result<()> {
         (crate::server::DATA_SERVICE_NAME, "storage answers (readiness)"),
         (
             crate::server::JOURNAL_SERVICE_NAME,
-            "no damaged journal kept aside (see the server log and docs/operations.md)",
+            "no damaged journal kept aside, checkpoints succeed (see the server log and docs/operations.md)",
         ),
     ] {
         let req = tonic_health::pb::HealthCheckRequest {

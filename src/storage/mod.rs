@@ -425,7 +425,8 @@ pub trait Store: Send + Sync + 'static {
     /// Damage recovery kept aside, for health (`solus.v1.Journal`): a
     /// sentence naming it while there is any, else `None`. Embedded: the
     /// damaged journal files kept as `*.log.damaged` and the records lost
-    /// at this start-up.
+    /// at this start-up; checkpoints failing persistently (the journal they
+    /// should drop grows meanwhile).
     fn damage(&self) -> Option<String> {
         None
     }

@@ -38,6 +38,7 @@
 //! `fsync = true` each write is also `fdatasync`ed before it is acknowledged,
 //! so it survives power loss / an OS crash too.
 
+mod checkpoints;
 mod codec;
 mod damage;
 pub mod filter;
@@ -293,6 +294,8 @@ struct Inner {
     /// they are saved in page files.
     legacy_pages: AtomicBool,
     checkpoint_lock: Mutex<()>,
+    /// Failures and successes of checkpoints (metrics, health, backoff).
+    checkpoints: checkpoints::Checkpoints,
     /// Test hook: the next delete fails after its checkpoint, before its batch.
     fail_next_delete: AtomicBool,
     stop: Mutex<bool>,
@@ -328,6 +331,7 @@ impl EmbeddedStore {
             unreadable_journal_records: AtomicU64::new(0),
             legacy_pages: AtomicBool::new(false),
             checkpoint_lock: Mutex::new(()),
+            checkpoints: checkpoints::Checkpoints::default(),
             fail_next_delete: AtomicBool::new(false),
             stop: Mutex::new(false),
             wake: Condvar::new(),
@@ -1263,11 +1267,14 @@ impl Store for EmbeddedStore {
     }
 
     /// The damaged journal files kept aside and the records lost at start-up
-    /// (`damage.rs`), while any such file is in `journal/`.
+    /// (`damage.rs`), while any such file is in `journal/`; and checkpoints
+    /// failing persistently (`checkpoints.rs`).
     fn damage(&self) -> Option<String> {
         let kept = damage::kept_files(&self.inner.config.path.join("journal"));
         let lost = self.inner.unreadable_journal_records.load(Ordering::SeqCst);
-        damage::describe(&kept, lost)
+        let found = [damage::describe(&kept, lost), self.inner.checkpoints.describe()];
+        let found: Vec<String> = found.into_iter().flatten().collect();
+        (!found.is_empty()).then(|| found.join("; "))
     }
 
     /// Fine while writes succeed; after a failed one, a probe write of

@@ -176,13 +176,14 @@ impl Inner {
                     return;
                 }
             }
-            if !self.checkpoint_due(last.elapsed() >= interval) {
+            // A failing checkpoint backs off (1 s doubling to 30 s) instead
+            // of retrying at each wake-up; `checkpoint` logs and reports it.
+            let now = std::time::Instant::now();
+            if !self.checkpoints.may_try(now) || !self.checkpoint_due(last.elapsed() >= interval) {
                 continue;
             }
-            last = std::time::Instant::now();
-            if let Err(e) = self.checkpoint() {
-                tracing::error!(error = %e, "embedded store checkpoint failed; the journal is kept and it will be retried");
-            }
+            last = now;
+            let _ = self.checkpoint();
         }
     }
 
@@ -221,9 +222,16 @@ impl Inner {
     /// Every record in the journal files writers leave had its bits raised
     /// in memory and its page marked dirty before the switch, so the pages
     /// saved after it include it. Records written since stay.
+    /// Every outcome is counted in `self.checkpoints` (metrics, health,
+    /// the loop's backoff, the log).
     pub(super) fn checkpoint(&self) -> Result<(), StorageError> {
         let _one = self.checkpoint_lock.lock().unwrap_or_else(|p| p.into_inner());
-        self.with_fjall(|h| self.checkpoint_with(h))
+        let r = self.with_fjall(|h| self.checkpoint_with(h));
+        match &r {
+            Ok(()) => self.checkpoints.succeeded(),
+            Err(e) => self.checkpoints.failed(e),
+        }
+        r
     }
 
     fn checkpoint_with(&self, h: &Handles) -> Result<(), StorageError> {
