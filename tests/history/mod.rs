@@ -123,15 +123,18 @@ pub fn settings(faults: &nemesis::Faults, clock_bound_ms: i64) -> Settings {
     }
 }
 
-/// Runs `plan` against the server at `channel` (`admin` for the nemesis),
+/// Runs `plan` against the replicas at `channels` (sharing one store;
+/// client `c` talks to replica `c % replicas`, the nemesis to the first),
 /// then checks the history.
-pub async fn run(plan: &Plan, channel: tonic::transport::Channel, clock_bound_ms: i64) -> Outcome {
+pub async fn run(plan: &Plan, channels: &[tonic::transport::Channel], clock_bound_ms: i64) -> Outcome {
+    let channel = channels[0].clone();
     let started = Instant::now();
     let rec = Arc::new(Recorder::default());
     workload::create(&channel, plan).await;
     let mut clients = Vec::new();
     for c in 0..plan.clients {
-        let (rec, plan, channel) = (rec.clone(), plan.clone(), channel.clone());
+        let channel = channels[c as usize % channels.len()].clone();
+        let (rec, plan) = (rec.clone(), plan.clone());
         clients.push(tokio::spawn(
             async move { workload::client(c, &plan, channel, &rec).await },
         ));
