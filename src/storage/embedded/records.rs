@@ -75,6 +75,10 @@ struct Dedup {
 struct State {
     dedupers: HashMap<Vec<u8>, Dedup>,
     count: u64,
+    /// Disk keys of batches that expired in a sweep made for room, for the
+    /// next [`Records::sweep`] to return (they stayed on disk until a
+    /// restart before).
+    expired_keys: Vec<Vec<u8>>,
 }
 
 /// The remembered record ids; see the module docs.
@@ -212,7 +216,8 @@ impl Records {
             };
             let mut needed = new(&state);
             if state.count + needed > self.max_entries {
-                let _ = Self::sweep_locked(&mut state, now_ms);
+                let gone = Self::sweep_locked(&mut state, now_ms);
+                state.expired_keys.extend(gone);
                 needed = new(&state);
             }
             if state.count + needed > self.max_entries {
@@ -317,7 +322,10 @@ impl Records {
     /// Forgets every record expired before `now_ms`; returns the disk keys
     /// of the batches that expired.
     pub fn sweep(&self, now_ms: i64) -> Vec<Vec<u8>> {
-        Self::sweep_locked(&mut self.state(), now_ms)
+        let mut state = self.state();
+        let mut gone = std::mem::take(&mut state.expired_keys);
+        gone.extend(Self::sweep_locked(&mut state, now_ms));
+        gone
     }
 
     fn sweep_locked(state: &mut State, now_ms: i64) -> Vec<Vec<u8>> {
@@ -454,6 +462,15 @@ mod tests {
         assert_eq!(loaded.count(), 2);
         assert_eq!(loaded.recall(D, &[(b"a", 1), (b"b", 2)], 900), vec![true, true]);
         assert_eq!(loaded.recall(D, &[(b"a", 1), (b"b", 2)], 1100), vec![true, false]);
+        // A sweep made for room hands the batches it dropped to the next
+        // sweep, which deletes them from disk.
+        r.remember(D, &[(b"c", 3)], 2000, 1050, |_, _| Ok(())).unwrap();
+        assert_eq!(
+            r.count(),
+            1,
+            "both expired by 1050, in memory; the first batch on disk too"
+        );
+        assert_eq!(r.sweep(1051), vec![disk[0].0.clone()]);
     }
 
     #[test]
