@@ -115,6 +115,26 @@ pub struct ServerConfig {
     /// `0.0.0.0:50052`, for probes that cannot speak TLS (Kubernetes' native
     /// gRPC probes) when `server.tls` is on. Empty = off (default).
     pub health_listen: String,
+    /// Most client connections open at once on `server.listen` (a count);
+    /// further connections wait in the listen backlog, not accepted, until
+    /// one closes (logged once per episode). Bounds the memory idle and
+    /// slow-reading connections take. Default 1,024.
+    pub max_connections: usize,
+    /// Most HTTP/2 streams (calls) one connection may have open at once,
+    /// advertised to the client as SETTINGS_MAX_CONCURRENT_STREAMS (a
+    /// count); a client queues its further calls itself. An answer the
+    /// client does not read keeps its stream open, so this bounds the
+    /// answers waiting on one connection. Default 100.
+    pub max_concurrent_streams: u32,
+    /// Most streams of one connection the client may reset before the
+    /// server has taken them up (a count); beyond it the connection is
+    /// closed with GOAWAY ENHANCE_YOUR_CALM "too_many_resets" (the HTTP/2
+    /// rapid-reset defence, CVE-2023-44487). A client recovering from a
+    /// server stall resets up to `max_concurrent_streams` streams per
+    /// deadline it waited through, all read at once when the server
+    /// resumes: the default covers a 40 s stall with all 100 streams in use
+    /// and 2 s deadlines. Default 2,000.
+    pub max_pending_accept_reset_streams: usize,
     pub tls: TlsConfig,
 }
 
@@ -126,6 +146,9 @@ impl Default for ServerConfig {
             request_timeout_ms: 30_000,
             drain_timeout_ms: 20_000,
             health_listen: String::new(),
+            max_connections: 1_024,
+            max_concurrent_streams: 100,
+            max_pending_accept_reset_streams: 2_000,
             tls: TlsConfig::default(),
         }
     }
@@ -325,6 +348,9 @@ pub const KEYS: &[&str] = &[
     "server.request_timeout_ms",
     "server.drain_timeout_ms",
     "server.health_listen",
+    "server.max_connections",
+    "server.max_concurrent_streams",
+    "server.max_pending_accept_reset_streams",
     "server.tls.cert_file",
     "server.tls.key_file",
     "server.tls.client_ca_file",
@@ -703,6 +729,21 @@ impl Settings {
         }
         if l.max_storage_tasks_per_deduper == 0 {
             return bad("limits.max_storage_tasks_per_deduper must be at least 1".into());
+        }
+        let server = &self.server;
+        let http2: [(&str, u64); 3] = [
+            ("server.max_connections", server.max_connections as u64),
+            (
+                "server.max_concurrent_streams",
+                u64::from(server.max_concurrent_streams),
+            ),
+            (
+                "server.max_pending_accept_reset_streams",
+                server.max_pending_accept_reset_streams as u64,
+            ),
+        ];
+        if let Some((key, got)) = http2.iter().find(|(_, v)| *v == 0) {
+            return bad(format!("{key} must be at least 1, got {got}"));
         }
         let tls = &self.server.tls;
         if tls.cert_file.is_some() != tls.key_file.is_some() {

@@ -10,15 +10,18 @@ use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 use anyhow::Context;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_stream::Stream;
 use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::Connected;
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 use tonic_health::pb::health_check_response::ServingStatus;
 
 use crate::api::pb::deduper_admin_service_server::DeduperAdminServiceServer;
 use crate::api::pb::deduper_service_server::DeduperServiceServer;
-use crate::api::{AdminService, DataService, Gate, pb};
+use crate::api::{AdminService, ConnectionShare, DataService, Gate, pb};
 use crate::auth::Authenticator;
 use crate::config::{Backend, Settings, TlsConfig};
 use crate::engine::Engine;
@@ -206,31 +209,149 @@ fn reload_tokens_on_sighup(_: Arc<Authenticator>) -> Option<tokio::task::JoinHan
     None
 }
 
+/// An accepted client connection: the socket, its share of the request
+/// gate (its `ConnectInfo`, so the gate finds it in every request's
+/// extensions), and its slot of `server.max_connections`, given back when
+/// the connection is dropped.
+pub struct Connection {
+    stream: TcpStream,
+    share: ConnectionShare,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl Connected for Connection {
+    type ConnectInfo = ConnectionShare;
+
+    fn connect_info(&self) -> ConnectionShare {
+        self.share.clone()
+    }
+}
+
+impl AsyncRead for Connection {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut TaskContext<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Connection {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut TaskContext<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+}
+
+/// A future slot of `server.max_connections`.
+type SlotFuture = Pin<Box<dyn Future<Output = OwnedSemaphorePermit> + Send>>;
+
 /// Accepted connections until `stop` resolves; then the listening socket is
 /// closed at once, so new connections are refused while in-flight requests
-/// drain on the open ones.
+/// drain on the open ones. At most `server.max_connections` are open at
+/// once: with all slots taken, the listener is not polled, so new
+/// connections wait in the kernel's backlog until one closes.
 struct UntilStopped<'a> {
     listener: Option<TcpListenerStream>,
     stop: Pin<Box<dyn Future<Output = ()> + Send + 'a>>,
+    slots: Arc<Semaphore>,
+    max_connections: usize,
+    /// The slot for the next connection, once had.
+    slot: Option<OwnedSemaphorePermit>,
+    /// Waiting for a slot (all taken).
+    waiting: Option<SlotFuture>,
+}
+
+impl<'a> UntilStopped<'a> {
+    fn new(listener: TcpListener, max_connections: usize, stop: Pin<Box<dyn Future<Output = ()> + Send + 'a>>) -> Self {
+        UntilStopped {
+            listener: Some(TcpListenerStream::new(listener)),
+            stop,
+            slots: Arc::new(Semaphore::new(max_connections)),
+            max_connections,
+            slot: None,
+            waiting: None,
+        }
+    }
+
+    /// A slot for the next connection, or `Pending` (woken when one frees).
+    fn poll_slot(&mut self, cx: &mut TaskContext<'_>) -> Poll<()> {
+        if self.slot.is_some() {
+            return Poll::Ready(());
+        }
+        if self.waiting.is_none() {
+            match self.slots.clone().try_acquire_owned() {
+                Ok(slot) => {
+                    self.slot = Some(slot);
+                    return Poll::Ready(());
+                }
+                Err(_) => {
+                    tracing::warn!(
+                        max_connections = self.max_connections,
+                        "server.max_connections connections are open: new connections wait until one closes"
+                    );
+                    let slots = self.slots.clone();
+                    self.waiting = Some(Box::pin(async move {
+                        slots
+                            .acquire_owned()
+                            .await
+                            .expect("the connection slots are never closed")
+                    }));
+                }
+            }
+        }
+        let waiting = self.waiting.as_mut().expect("set above");
+        let slot = std::task::ready!(waiting.as_mut().poll(cx));
+        self.waiting = None;
+        self.slot = Some(slot);
+        tracing::info!("a connection closed: accepting new connections again");
+        Poll::Ready(())
+    }
 }
 
 impl Stream for UntilStopped<'_> {
-    type Item = std::io::Result<TcpStream>;
+    type Item = std::io::Result<Connection>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
-        let Some(listener) = this.listener.as_mut() else {
+        if this.listener.is_none() {
             return Poll::Ready(None);
-        };
+        }
         if this.stop.as_mut().poll(cx).is_ready() {
             this.listener = None;
             return Poll::Ready(None);
         }
-        // No Nagle: a small response written after a large request would
-        // otherwise wait for the peer's delayed ACK (about 40 ms).
-        Pin::new(listener)
-            .poll_next(cx)
-            .map(|next| next.map(|accepted| accepted.inspect(|stream| drop(stream.set_nodelay(true)))))
+        std::task::ready!(this.poll_slot(cx));
+        let listener = this.listener.as_mut().expect("checked above");
+        let accepted = std::task::ready!(Pin::new(listener).poll_next(cx));
+        Poll::Ready(accepted.map(|accepted| {
+            accepted.map(|stream| {
+                // No Nagle: a small response written after a large request would
+                // otherwise wait for the peer's delayed ACK (about 40 ms).
+                drop(stream.set_nodelay(true));
+                Connection {
+                    stream,
+                    share: ConnectionShare::default(),
+                    _slot: this.slot.take().expect("a slot was had above"),
+                }
+            })
+        }))
     }
 }
 
@@ -550,7 +671,11 @@ pub async fn serve(
         tonic::transport::Server::builder().add_service(health.service()),
     )
     .await?;
-    let mut builder = tonic::transport::Server::builder();
+    // HTTP/2 limits (issue 45 class 4, issue 46 class 4): tonic leaves
+    // MAX_CONCURRENT_STREAMS unlimited and the reset-stream limit at h2's 20.
+    let mut builder = tonic::transport::Server::builder()
+        .max_concurrent_streams(settings.server.max_concurrent_streams)
+        .http2_max_pending_accept_reset_streams(Some(settings.server.max_pending_accept_reset_streams));
     if let Some(tls) = tls {
         builder = builder
             .tls_config(tls)
@@ -561,9 +686,10 @@ pub async fn serve(
     let drain = Duration::from_millis(settings.server.drain_timeout_ms);
     let (drain_tx, mut drain_rx) = tokio::sync::watch::channel(false);
     let (drain_gate, drain_health) = (gate.clone(), health.clone());
-    let incoming = UntilStopped {
-        listener: Some(TcpListenerStream::new(listener)),
-        stop: Box::pin(async move {
+    let incoming = UntilStopped::new(
+        listener,
+        settings.server.max_connections,
+        Box::pin(async move {
             shutdown.await;
             tracing::info!(
                 in_flight = drain_gate.in_flight(),
@@ -578,7 +704,7 @@ pub async fn serve(
             drain_health.close();
             let _ = drain_tx.send(true);
         }),
-    };
+    );
     // The incoming stream ending starts tonic's graceful shutdown (GOAWAY,
     // then wait for open requests); the signal itself never fires.
     let server = builder

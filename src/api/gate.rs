@@ -6,7 +6,15 @@
 //!    (`UNAUTHENTICATED`) and hands the [`Principal`] to the handler, which
 //!    checks it against the request's `client_id`,
 //! 3. bounds the requests served at once (`RESOURCE_EXHAUSTED`,
-//!    `limits.max_concurrent_requests`),
+//!    `limits.max_concurrent_requests`). A request holds its permit until
+//!    its answer has been sent, not only until the handler returns: an
+//!    answer the client does not read (an HTTP/2 window of 0) stays in
+//!    memory, so unread answers count against the same limit (issue 45,
+//!    class 4: 40 such connections grew the server to 1 GB). And no
+//!    connection may hold as many permits as are still free: a client
+//!    that stops reading fills at most its share, the others keep being
+//!    served (with `c` such connections each holds about
+//!    `max_concurrent_requests / (c + 1)`, and as many stay free),
 //! 4. turns tonic's decoding failures into client-error statuses that name
 //!    the limit: an oversized message (tonic: `OUT_OF_RANGE`) becomes
 //!    `RESOURCE_EXHAUSTED` naming `limits.max_message_bytes`, and bytes that
@@ -14,10 +22,14 @@
 //! 5. records the request metrics and writes one log line per failed request
 //!    (rpc, status code, message; never entity contents).
 
+use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Instant;
+
+use http_body::Frame;
+use tonic::codegen::Bytes;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tonic::body::Body;
@@ -95,6 +107,22 @@ struct State {
     draining: AtomicBool,
 }
 
+/// One client connection's share of the gate: the permits its requests
+/// hold now (running, or their answers not yet sent). The server gives
+/// every accepted connection one, as the connection's `ConnectInfo`, so
+/// it is in every request's extensions.
+#[derive(Clone, Debug, Default)]
+pub struct ConnectionShare {
+    held: Arc<AtomicUsize>,
+}
+
+impl ConnectionShare {
+    /// Permits this connection's requests hold now.
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::SeqCst)
+    }
+}
+
 /// The gate, shared by the server (to start draining) and the layer.
 #[derive(Clone)]
 pub struct Gate {
@@ -122,7 +150,7 @@ impl Gate {
         self.state.draining.store(true, Ordering::SeqCst);
     }
 
-    /// Solus requests being served now.
+    /// Solus requests being served now, or whose answers are not yet sent.
     pub fn in_flight(&self) -> usize {
         self.state.max_concurrent - self.state.permits.available_permits()
     }
@@ -144,19 +172,31 @@ impl Gate {
             None => s.auth.authenticate(None),
         }
         .map_err(|e| Status::unauthenticated(e.to_string()))?;
-        let permit = s.permits.clone().try_acquire_owned().map_err(|_| {
-            super::transient(
-                Code::ResourceExhausted,
-                format!(
-                    "server busy: {max} requests in flight, limits.max_concurrent_requests = {max}; retry with backoff",
+        let share = req.extensions().get::<ConnectionShare>().cloned();
+        let busy = |why: String| super::transient(Code::ResourceExhausted, why, BUSY_RETRY_DELAY);
+        if let Some(share) = &share {
+            let (held, free) = (share.held(), s.permits.available_permits());
+            if held > 0 && held >= free {
+                return Err(busy(format!(
+                    "server busy: this connection holds {held} of limits.max_concurrent_requests = {max} \
+                     (running, or answers not yet read), and no connection may hold as many as are still free \
+                     ({free}); read the answers, or retry with backoff",
                     max = s.max_concurrent
-                ),
-                BUSY_RETRY_DELAY,
-            )
+                )));
+            }
+        }
+        let permit = s.permits.clone().try_acquire_owned().map_err(|_| {
+            busy(format!(
+                "server busy: {max} requests in flight, limits.max_concurrent_requests = {max}; retry with backoff",
+                max = s.max_concurrent
+            ))
         })?;
+        if let Some(share) = &share {
+            share.held.fetch_add(1, Ordering::SeqCst);
+        }
         req.extensions_mut().insert::<Principal>(principal);
         metrics::in_flight(1.0);
-        Ok(Admitted { _permit: permit })
+        Ok(Admitted { _permit: permit, share })
     }
 
     /// Rewrites tonic's own decoding failures into client-error statuses,
@@ -187,16 +227,68 @@ impl Gate {
     }
 }
 
-/// Holds a concurrency permit and the in-flight gauge while a request runs,
-/// also when the client gives up and the request future is dropped.
+/// Holds a concurrency permit and the in-flight gauge while a request runs
+/// and then while its answer is sent ([`SentBody`]); given back when the
+/// answer's last frame is taken, or when the request or its answer is
+/// dropped (the client gave up, reset the stream or went away).
 struct Admitted {
     _permit: OwnedSemaphorePermit,
+    share: Option<ConnectionShare>,
 }
 
 impl Drop for Admitted {
     fn drop(&mut self) {
+        if let Some(share) = &self.share {
+            share.held.fetch_sub(1, Ordering::SeqCst);
+        }
         metrics::in_flight(-1.0);
     }
+}
+
+/// An answer's body holding its request's [`Admitted`] until the body has
+/// given its last frame (the trailers, or its end), fails, or is dropped.
+/// HTTP/2 takes a body's frames only as the client's flow-control window
+/// allows, so an answer the client does not read keeps its permit.
+struct SentBody {
+    inner: Body,
+    admitted: Option<Admitted>,
+}
+
+impl http_body::Body for SentBody {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        let last = match &polled {
+            Poll::Pending => false,
+            Poll::Ready(Some(Ok(frame))) => frame.is_trailers() || this.inner.is_end_stream(),
+            Poll::Ready(Some(Err(_)) | None) => true,
+        };
+        if last {
+            this.admitted = None;
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The response with its body holding `admitted` until sent.
+fn hold_until_sent(response: http::Response<Body>, admitted: Admitted) -> http::Response<Body> {
+    response.map(|inner| {
+        Body::new(SentBody {
+            inner,
+            admitted: Some(admitted),
+        })
+    })
 }
 
 /// The status of a response: tonic puts it in the extensions (and the
@@ -275,9 +367,8 @@ where
             let response = match gate.admit(&mut req) {
                 Err(status) => status.into_http(),
                 Ok(admitted) => {
-                    let response = inner.call(req).await?;
-                    drop(admitted);
-                    gate.rewrite(response)
+                    let response = gate.rewrite(inner.call(req).await?);
+                    hold_until_sent(response, admitted)
                 }
             };
             record(rpc, status_of_response(&response).as_ref(), start);

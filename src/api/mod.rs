@@ -9,7 +9,7 @@ mod gate;
 
 pub use admin::AdminService;
 pub use data::DataService;
-pub use gate::{Gate, GateService, code_name};
+pub use gate::{ConnectionShare, Gate, GateService, code_name};
 
 use std::future::Future;
 use std::time::Duration;
