@@ -138,7 +138,13 @@ pub fn first_seen(token: Token) -> Instant {
 /// row): released by the next guarded round of that deduper
 /// ([`Orphans::settle`]), and never waited for meanwhile.
 #[derive(Default)]
-pub struct Orphans(Mutex<HashMap<(String, Vec<u8>), Vec<(Vec<u32>, Token)>>>);
+pub struct Orphans(Mutex<HashMap<GuardCellKey, Vec<Orphan>>>);
+
+/// (table, guard row) of a deduper's guard cell.
+type GuardCellKey = (String, Vec<u8>);
+
+/// The shards an orphan claim may hold, and its token.
+type Orphan = (Vec<u32>, Token);
 
 impl Orphans {
     /// Notes that `tokens` may still hold rows of `shards` in the guard
@@ -178,7 +184,7 @@ impl Orphans {
         };
         let Some(list) = list else { return };
         let key = (table.to_string(), row.to_vec());
-        let kept: Vec<(Vec<u32>, Token)> = list
+        let kept: Vec<Orphan> = list
             .into_iter()
             .filter(|(shards, token)| !give_back(cell, shards, &[*token]))
             .collect();
