@@ -3,17 +3,20 @@
 //! changes the expiry and steps the clock; `solus-promises` checks the
 //! history (no false negative, at most one new, replays, retries).
 //!
-//! The fast run (part of `cargo test`): a few seeds, a few seconds each,
-//! on the embedded store and the HBase emulator. The long run, one
-//! command (docs/operations.md, "How the promises are checked"):
+//! The fast run (part of `cargo test`): seeds 1 and 2 for 8 s each on the
+//! embedded store, seed 1 on the HBase emulator (two replicas). The long
+//! run, one command (docs/operations.md, "How the promises are checked"):
 //!
 //! ```sh
-//! PROMISES_SECONDS=1800 PROMISES_BACKEND=embedded cargo test --release --test promises -- --nocapture
+//! bash bench/promises.sh embedded 30     # or real-hbase, emulator; minutes
 //! ```
 //!
-//! `PROMISES_SEEDS` (comma-separated, default `1,2,3`), `PROMISES_SECONDS`
-//! (per seed, default 8) and `PROMISES_BACKEND` (`embedded`, `emulator`,
-//! `real-hbase`; default both fast ones) choose the run;
+//! `PROMISES_SEEDS` (comma-separated), `PROMISES_SECONDS` (per seed,
+//! default 8) and `PROMISES_BACKEND` (`embedded`, `emulator`,
+//! `real-hbase`; default the two fast ones) choose the run;
+//! `PROMISES_MINUTES` runs seeds from the first one on, one after another,
+//! until that many minutes have passed (each seed a fresh server and store,
+//! so a history stays small enough to check), with a summary of them all;
 //! `PROMISES_CLOCK_STEP_MS` sets the nemesis's largest clock step (default
 //! 400 on the embedded store, 0 on HBase, which judges cell TTLs on its own
 //! clock).
@@ -25,16 +28,89 @@ use std::time::Duration;
 
 use common::{TestBackend, TestServer};
 
-fn seeds() -> Vec<u64> {
+/// The seeds asked for, or `default`.
+fn seeds(default: &str) -> Vec<u64> {
     std::env::var("PROMISES_SEEDS")
-        .unwrap_or_else(|_| "1,2,3".into())
+        .unwrap_or_else(|_| default.into())
         .split(',')
         .map(|s| s.trim().parse().expect("PROMISES_SEEDS: comma-separated integers"))
         .collect()
 }
 
+/// Figures added up over a run's seeds.
+#[derive(Default)]
+struct Totals {
+    seeds: u32,
+    ops: usize,
+    acknowledged: usize,
+    unknown: usize,
+    refused: usize,
+    violations: usize,
+    false_positives: usize,
+    cold_reads: usize,
+    resizes: u32,
+    bursts: u32,
+    expiry_changes: u32,
+    clock_steps: u32,
+    failed: Vec<String>,
+}
+
+impl Totals {
+    fn add(&mut self, backend: &str, seed: u64, o: &history::Outcome) {
+        let r = &o.report;
+        self.seeds += 1;
+        self.ops += r.ops;
+        self.acknowledged += r.acknowledged;
+        self.unknown += r.unknown;
+        self.refused += r.refused;
+        self.violations += r.violations.len();
+        self.false_positives += r.false_positives;
+        self.cold_reads += r.cold_reads;
+        self.resizes += o.faults.resizes;
+        self.bursts += o.faults.bursts;
+        self.expiry_changes += o.faults.expiry_changes;
+        self.clock_steps += o.faults.clock_steps;
+        if !r.violations.is_empty() {
+            self.failed
+                .push(format!("{backend} seed {seed}: {} violations", r.violations.len()));
+        }
+    }
+
+    fn print(&self, what: &str, took: Duration) {
+        eprintln!(
+            "promises summary, {what}: {} seeds in {:.1} min; {} ops ({} acknowledged, {} unknown, {} refused); \
+             faults: {} resizes, {} bursts, {} expiry changes, {} clock steps; {} violations; false positives {} of \
+             {} cold reads ({:.2e})",
+            self.seeds,
+            took.as_secs_f64() / 60.0,
+            self.ops,
+            self.acknowledged,
+            self.unknown,
+            self.refused,
+            self.resizes,
+            self.bursts,
+            self.expiry_changes,
+            self.clock_steps,
+            self.violations,
+            self.false_positives,
+            self.cold_reads,
+            if self.cold_reads == 0 {
+                0.0
+            } else {
+                self.false_positives as f64 / self.cold_reads as f64
+            }
+        );
+    }
+}
+
+/// Seconds per seed: 8 in the fast run, 60 in a timed one.
 fn seconds() -> u64 {
-    std::env::var("PROMISES_SECONDS").map_or(8, |s| s.parse().expect("PROMISES_SECONDS: an integer"))
+    let default = if std::env::var_os("PROMISES_MINUTES").is_some() {
+        60
+    } else {
+        8
+    };
+    std::env::var("PROMISES_SECONDS").map_or(default, |s| s.parse().expect("PROMISES_SECONDS: an integer"))
 }
 
 fn backends() -> Vec<String> {
@@ -44,7 +120,7 @@ fn backends() -> Vec<String> {
     }
 }
 
-async fn run_on(backend: &str, seed: u64) -> usize {
+async fn run_on(backend: &str, seed: u64, totals: &mut Totals) {
     let b = match backend {
         "embedded" => TestBackend::embedded(),
         "emulator" => TestBackend::hbase(),
@@ -52,7 +128,7 @@ async fn run_on(backend: &str, seed: u64) -> usize {
             Some(b) => b,
             None => {
                 common::skipped("promises", "no real HBase (set SOLUS_REAL_HBASE_DIR)");
-                return 0;
+                return;
             }
         },
         other => panic!("PROMISES_BACKEND: {other:?} is not embedded, emulator or real-hbase"),
@@ -92,21 +168,45 @@ async fn run_on(backend: &str, seed: u64) -> usize {
         s.stop().await;
     }
     solus::clock::shift_ms(0);
-    outcome.report.violations.len()
+    totals.add(backend, seed, &outcome);
 }
 
 /// Every seed on every backend: no violation. The clock is process-wide,
 /// so the runs go one after another in this one test.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_promises_hold_over_random_histories() {
-    let mut failed = Vec::new();
+    let mut totals = Totals::default();
+    let started = std::time::Instant::now();
+    let minutes: Option<f64> = std::env::var("PROMISES_MINUTES")
+        .ok()
+        .map(|m| m.parse().expect("PROMISES_MINUTES: a number"));
     for backend in backends() {
-        for seed in seeds() {
-            let violations = run_on(&backend, seed).await;
-            if violations > 0 {
-                failed.push(format!("{backend} seed {seed}: {violations} violations"));
+        let default = match (minutes, backend.as_str()) {
+            (Some(_), _) => "1",
+            (None, "embedded") => "1,2",
+            (None, _) => "1",
+        };
+        let list = seeds(default);
+        match minutes {
+            Some(m) => {
+                let until = started + Duration::from_secs_f64(m * 60.0);
+                let mut seed = list[0];
+                while std::time::Instant::now() < until {
+                    run_on(&backend, seed, &mut totals).await;
+                    seed += 1;
+                }
+            }
+            None => {
+                for seed in list {
+                    run_on(&backend, seed, &mut totals).await;
+                }
             }
         }
     }
-    assert!(failed.is_empty(), "promises broken: {}", failed.join("; "));
+    totals.print(&backends().join(" + "), started.elapsed());
+    assert!(
+        totals.failed.is_empty(),
+        "promises broken: {}",
+        totals.failed.join("; ")
+    );
 }
