@@ -5,8 +5,9 @@ entity at a time, coalesce them into requests per deduper, bound the requests in
 retry what the server marks transient (``google.rpc.RetryInfo``) or a failed transport, with
 backoff and the same ``request_id``.
 """
-from ._errors import ClientClosedError, SolusError
-from .client import SolusClient
+from ._errors import CallbackWaitError, ClientClosedError, ForkedClientError, SolusError
+from .client import SolusClient, SolusExitWarning
 from .aio import AsyncSolusClient
 
-__all__ = ["SolusClient", "AsyncSolusClient", "SolusError", "ClientClosedError"]
+__all__ = ["SolusClient", "AsyncSolusClient", "SolusError", "ClientClosedError", "CallbackWaitError",
+           "ForkedClientError", "SolusExitWarning"]

@@ -35,6 +35,7 @@ class Settings:
     max_backoff_ms: float = 5000.0
     ttl_ms: int = 0
     max_entity_bytes: int = 4096
+    exit_timeout_s: float = 5.0
     interceptors: Sequence = field(default_factory=tuple)
 
     def validate(self) -> "Settings":
@@ -46,6 +47,8 @@ class Settings:
             raise ValueError(f"max_in_flight must be at least 1, got {self.max_in_flight}")
         if self.max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {self.max_attempts}")
+        if self.exit_timeout_s < 0:
+            raise ValueError(f"exit_timeout_s must be >= 0, got {self.exit_timeout_s}")
         if self.linger_ms < 0 or self.deadline_s <= 0:
             raise ValueError("linger_ms must be >= 0 and deadline_s > 0")
         if not 0 < self.initial_backoff_ms <= self.max_backoff_ms:

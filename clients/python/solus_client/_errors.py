@@ -36,3 +36,19 @@ class ClientClosedError(SolusError, RuntimeError):
 
     def __init__(self, rpc: str, why: str, attempts: int = 0):
         super().__init__(rpc, grpc.StatusCode.CANCELLED, "the Solus client was closed " + why, attempts)
+
+
+class CallbackWaitError(RuntimeError):
+    """A completion callback, running on one of the client's sender threads, waited for an answer
+    of the same client that was not there yet (``result()`` or ``exception()`` of an unfinished
+    future). Raised at once instead of hanging: the answer could need the very thread that waits
+    (with ``max_in_flight = 1`` it always does). Chain the work with ``add_done_callback``, or
+    hand it to another thread. The same rule as Kafka's producer (KAFKA-10790)."""
+
+
+class ForkedClientError(RuntimeError):
+    """A client, or a future of it, used in a process forked after it was made: in the child its
+    threads are gone. A ``SolusClient`` that made its own channel rebuilds itself in the child
+    instead; this is raised for one built on a ``channel=`` given by the caller (its channel
+    belongs to the parent), for an ``AsyncSolusClient``, and for a future made in the parent
+    (the parent answers it; the child never will)."""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Dict, Iterable, List, Optional, Tuple
 
 import grpc
@@ -9,7 +10,7 @@ import grpc.aio
 
 from ._common import (ADD, ADD_IF_ABSENT, CHECK_ABSENCE, Settings, answers, build_request, check_record_id,
                       create_request, new_request_id, update_request)
-from ._errors import ClientClosedError, SolusError
+from ._errors import ClientClosedError, ForkedClientError, SolusError
 from ._pb import deduper_pb2 as pb
 from ._pb import deduper_pb2_grpc as pb_grpc
 from ._records import DEFER, SAME, Batch, Record, relation
@@ -24,7 +25,12 @@ class AsyncSolusClient:
     A call cancelled by its caller leaves no state behind: cancelled while it waits for room
     (backpressure) or for an earlier unanswered repeat, it was never queued; cancelled while it
     waits for its answer, its entity is still sent and answered for everyone else (its repeats
-    get their answers), only its caller does not see it."""
+    get their answers), only its caller does not see it.
+
+    Every call waiting for its answer holds one of ``max_pending_records`` slots, a repeat waiting
+    on an earlier unanswered call of its entity too. In a process forked after it was made, every
+    call raises :class:`ForkedClientError` (its channel belongs to the parent's event loop): make
+    a new client in the child."""
 
     def __init__(self, address: str = "127.0.0.1:50051", *, client_id: str, **settings):
         self._s = Settings(address=address, client_id=client_id, **settings).validate()
@@ -48,6 +54,13 @@ class AsyncSolusClient:
         self._deferred = 0                 # repeats waiting for an earlier record, to be sent after it
         self._closed = False
         self._aborted = False
+        self._pid = os.getpid()
+
+    def _check_fork(self) -> None:
+        if self._pid != os.getpid():
+            raise ForkedClientError(
+                f"this AsyncSolusClient was made in process {self._pid} and is used in process {os.getpid()}, "
+                f"forked from it: its channel and event loop belong to the parent. Make a new client in this process")
 
     async def add_if_absent(self, deduper: str, entity, ttl_ms: Optional[int] = None, record_id=None) -> bool:
         """True = new (definitely never added, or expired); False = probably seen.
@@ -107,6 +120,7 @@ class AsyncSolusClient:
         await self.close()
 
     async def _submit(self, op: str, deduper: str, entity, ttl_ms: int, record_id):
+        self._check_fork()
         if self._closed:
             raise ClientClosedError(op, "before this call")
         rid = check_record_id(record_id)
@@ -122,6 +136,12 @@ class AsyncSolusClient:
             while True:
                 if self._aborted or (self._closed and not deferred):
                     raise ClientClosedError(op, "before this call was sent")
+                if not slot:
+                    # Taken first, a repeat included: a repeat waiting on an earlier call holds
+                    # one too, so one hot entity cannot queue calls without bound (issue 46).
+                    await self._slots.acquire()
+                    slot = True
+                    continue  # others ran while this call waited: look again
                 earlier = self._unanswered.get(ukey) if ukey is not None else None
                 if earlier is not None:
                     kind = relation(earlier.record_id, rid)
@@ -133,10 +153,6 @@ class AsyncSolusClient:
                         self._deferred += 1
                     await asyncio.wait([earlier.future])  # its outcome is not ours; then the server decides
                     continue
-                if not slot:
-                    await self._slots.acquire()
-                    slot = True
-                    continue  # others ran while this call waited: look again
                 break
             rec = Record(entity, rid, asyncio.get_running_loop().create_future(), ukey)
             rec.slot, slot = True, False
@@ -250,6 +266,7 @@ class AsyncSolusClient:
         attempt = 0
         while True:
             attempt += 1
+            self._check_fork()
             try:
                 return await method(request, timeout=self._s.deadline_s, metadata=self._s.metadata())
             except grpc.RpcError as e:

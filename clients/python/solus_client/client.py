@@ -1,10 +1,14 @@
 """Thread-based batching client: ``concurrent.futures.Future`` per entity."""
 from __future__ import annotations
 
+import atexit
 import heapq
 import itertools
+import os
 import threading
 import time
+import warnings
+import weakref
 from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from typing import Dict, Iterable, List, Optional, Tuple
 
@@ -12,13 +16,89 @@ import grpc
 
 from ._common import (ADD, ADD_IF_ABSENT, CHECK_ABSENCE, Settings, answers, build_request, check_record_id,
                       create_request, new_request_id, update_request)
-from ._errors import ClientClosedError, SolusError
+from ._errors import CallbackWaitError, ClientClosedError, ForkedClientError, SolusError
 from ._pb import deduper_pb2 as pb
 from ._pb import deduper_pb2_grpc as pb_grpc
 from ._records import DEFER, SAME, Batch, Record, relation
 from ._retry import failure, retry_delay_s
 
 _AFTER_ABORT_WAIT_S = 1.0  # how long close() waits for completions already running elsewhere
+
+
+class SolusExitWarning(UserWarning):
+    """The interpreter exited with a :class:`SolusClient` never closed, and some of its records
+    were still unanswered ``exit_timeout_s`` after the exit hook sent them: their futures failed
+    with :class:`ClientClosedError` (the server may or may not have executed them)."""
+
+
+# Open clients of this process: flushed when the interpreter exits, reset in a forked child.
+_live: "weakref.WeakSet[SolusClient]" = weakref.WeakSet()
+_live_lock = threading.Lock()
+
+
+def _flush_at_exit() -> None:
+    with _live_lock:
+        clients = list(_live)
+    for client in clients:
+        try:
+            client._close_at_exit()
+        except Exception as e:  # noqa: BLE001 - one client's failure must not keep the others from closing
+            warnings.warn(f"closing a SolusClient at exit failed: {e!r}", SolusExitWarning, stacklevel=1)
+
+
+def _after_fork_in_child() -> None:
+    # Only the forking thread exists in the child: a lock another thread held at the fork stays
+    # held for good, so every lock of a client is made anew before anything else runs.
+    global _live_lock
+    _live_lock = threading.Lock()
+    for client in list(_live):
+        client._forked()
+
+
+# threading's exit hooks run before the interpreter joins non-daemon threads, and the last
+# registered runs first: this one runs before concurrent.futures' own (registered when it was
+# imported above), which joins the sender threads and refuses new work from then on.
+_register = getattr(threading, "_register_atexit", None)
+if _register is not None:
+    _register(_flush_at_exit)
+else:  # pragma: no cover - CPython has had threading._register_atexit since 3.9
+    atexit.register(_flush_at_exit)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class _Answer(Future):
+    """The future of one call. A wait that could never end fails at once instead of hanging: from
+    a completion callback running on its client's sender thread (:class:`CallbackWaitError`), or
+    in a process forked after it was made (:class:`ForkedClientError`)."""
+
+    def __init__(self, local, pid):
+        super().__init__()
+        self._solus_local = local
+        self._solus_pid = pid
+
+    def _may_wait(self, what, timeout) -> None:
+        if (timeout is not None and timeout <= 0) or self.done():
+            return
+        if os.getpid() != self._solus_pid:
+            raise ForkedClientError(
+                f"{what} of a Solus future made in process {self._solus_pid}, waited for in process "
+                f"{os.getpid()} forked from it: the parent sends it and gets its answer, this process never "
+                f"will. Make the call again in this process.")
+        if getattr(self._solus_local, "sender", False):
+            raise CallbackWaitError(
+                f"{what} of an unanswered Solus future, called from a completion callback: callbacks run on "
+                f"the client's sender threads, the very threads that deliver answers, so this wait could "
+                f"hang until its timeout (with max_in_flight = 1 it always does). Chain the work with "
+                f"add_done_callback, or wait on another thread (the rule of KAFKA-10790).")
+
+    def result(self, timeout=None):
+        self._may_wait("result()", timeout)
+        return super().result(timeout)
+
+    def exception(self, timeout=None):
+        self._may_wait("exception()", timeout)
+        return super().exception(timeout)
 
 
 def _settle(future: Future, value=None, error=None) -> None:
@@ -38,10 +118,11 @@ class SolusClient:
     Entities of the same RPC, deduper and TTL are coalesced into one request of up to
     ``max_batch`` entities, sent when full or ``linger_ms`` after its first entity. At most
     ``max_in_flight`` requests run at once (a retry waiting for its backoff counts as one); at most
-    ``max_pending_records`` entities wait for their answer, beyond which calls block
-    (backpressure). A failed attempt is retried only when the server says it is transient (the
-    status carries ``google.rpc.RetryInfo``: wait at least its delay) or the transport failed
-    (``UNAVAILABLE``/``DEADLINE_EXCEEDED`` without status details), with exponential backoff and
+    ``max_pending_records`` calls wait for their answer, repeats of an unanswered entity included,
+    beyond which calls block (backpressure). A failed attempt is retried only when the server
+    says it is transient (the status carries ``google.rpc.RetryInfo``: wait at least its delay)
+    or the transport failed (``UNAVAILABLE``/``DEADLINE_EXCEEDED`` without status details, a
+    GOAWAY without trailers included), with exponential backoff and
     jitter, up to ``max_attempts``; ``Add``/``AddIfAbsent`` keep the same ``request_id``, so a
     retry answers what the first attempt computed. Anything else fails at once with
     :class:`SolusError`.
@@ -54,27 +135,53 @@ class SolusClient:
     Lifecycle: cancelling a future only discards its answer (the entity may still be sent);
     slots are returned before any future of a batch is completed, so completion callbacks may
     call this client again (they run on a sender thread; there a call never waits for room,
-    and callbacks must not wait for answers). Thread-safe.
+    and waiting there for an unanswered future of this client raises :class:`CallbackWaitError`).
+    Thread-safe.
+
+    Fork: a client that made its own channel rebuilds itself (channel, threads) at its first use
+    in a forked child, starting empty; one on a ``channel=`` of the caller raises
+    :class:`ForkedClientError` there. Exit without :meth:`close`: an exit hook sends what is
+    queued and waits up to ``exit_timeout_s`` for the answers, then fails the rest and warns
+    (:class:`SolusExitWarning`) with their number.
     """
 
     def __init__(self, address: str = "127.0.0.1:50051", *, client_id: str, channel: Optional[grpc.Channel] = None,
                  **settings):
         self._s = Settings(address=address, client_id=client_id, **settings).validate()
+        self._given = channel        # the caller's channel, None when this client makes its own
+        self._owned = None           # the channel this client made (and closes)
+        self._inherited: list = []   # in a forked child: the parent's channels, never used nor closed
+        self._local = threading.local()
+        self._reset()
+        self._start()
+        with _live_lock:
+            _live.add(self)
+
+    def _start(self) -> None:
+        """Channel, stubs, sender threads and linger thread, in this process."""
         s = self._s
+        channel = self._given
         if channel is None:
             target, tls = s.target()
             opts = [("grpc.max_receive_message_length", 16 * 1024 * 1024)]
             channel = grpc.secure_channel(target, s.credentials(), options=opts) if tls \
                 else grpc.insecure_channel(target, options=opts)
             self._owned = channel
-        else:
-            self._owned = None
         if s.interceptors:
             channel = grpc.intercept_channel(channel, *s.interceptors)
         self._data = pb_grpc.DeduperServiceStub(channel)
         self._admin = pb_grpc.DeduperAdminServiceStub(channel)
         self._methods = {ADD: self._data.Add, CHECK_ABSENCE: self._data.CheckAbsence,
                          ADD_IF_ABSENT: self._data.AddIfAbsent}
+        self._senders = ThreadPoolExecutor(max_workers=s.max_in_flight, thread_name_prefix="solus-send",
+                                           initializer=self._mark_sender)
+        self._timer = threading.Thread(target=self._linger_loop, name="solus-linger", daemon=True)
+        self._timer.start()
+        self._pid = os.getpid()
+
+    def _reset(self) -> None:
+        """Locks and an empty queue (a new client, or one inherited by a forked child)."""
+        s = self._s
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)   # a slot came back, or close began
         self._idle = threading.Condition(self._lock)   # _outstanding went down
@@ -88,11 +195,33 @@ class SolusClient:
         self._seq = itertools.count()
         self._closed = False
         self._aborted = threading.Event()              # close(timeout_s) ran out
-        self._local = threading.local()
-        self._senders = ThreadPoolExecutor(max_workers=s.max_in_flight, thread_name_prefix="solus-send",
-                                           initializer=self._mark_sender)
-        self._timer = threading.Thread(target=self._linger_loop, name="solus-linger", daemon=True)
-        self._timer.start()
+
+    def _forked(self) -> None:
+        """In a forked child (at-fork hook: one thread, no callbacks, no gRPC): the sender and
+        linger threads are gone and the queue is the parent's (the parent sends it). Start empty
+        with new locks; the next use rebuilds the channel and threads (:meth:`_check_fork`)."""
+        if self._owned is not None:
+            self._inherited.append(self._owned)  # the parent's: closing it here could touch its state
+            self._owned = None
+        self._reset()
+        self._senders = self._timer = None
+        self._pid = None
+
+    def _check_fork(self) -> None:
+        """Rebuild this client when the process is not the one that started it (a forked child)."""
+        if self._pid == os.getpid():
+            return
+        with _live_lock:
+            if self._pid == os.getpid():
+                return
+            if self._pid is not None:  # forked without the at-fork hook running (a raw fork syscall)
+                self._forked()
+            if self._given is not None:
+                raise ForkedClientError(
+                    f"this SolusClient was made in another process (pid {os.getpid()} is a fork of it) on a "
+                    f"channel given by the caller, which belongs to the parent: make a new channel and "
+                    f"client in this process")
+            self._start()
 
     # ------------------------------------------------------------------ data path
 
@@ -100,7 +229,8 @@ class SolusClient:
                       record_id=None) -> "Future[bool]":
         """Remember ``entity`` (bytes or str, 1 to ``max_entity_bytes``) for ``ttl_ms`` ms
         (None: the ``ttl_ms`` setting; 0: the deduper's expiry) and answer whether it was absent
-        just before: True = new, False = probably seen. Blocks while ``max_pending_records`` wait.
+        just before: True = new, False = probably seen. Blocks while ``max_pending_records`` calls
+        wait for their answers (repeats of an unanswered entity count too).
 
         ``record_id`` (bytes, or str encoded UTF-8; at most 128 bytes, else ValueError) is the
         record's stable identity: within the server's ``limits.record_id_window_seconds`` the
@@ -127,6 +257,7 @@ class SolusClient:
 
     def flush(self) -> None:
         """Send every partly filled batch now instead of after its linger time. Does not wait."""
+        self._check_fork()
         with self._lock:
             ready = [self._take(k) for k in list(self._pending)]
         for batch in ready:
@@ -140,8 +271,18 @@ class SolusClient:
         :class:`ClientClosedError`. When ``timeout_s`` seconds pass first, every future still
         unanswered fails with :class:`ClientClosedError` (the server may or may not have
         executed it) before close returns. On return every future of this client is done."""
+        self._close(timeout_s)
+
+    def _close(self, timeout_s: Optional[float]) -> int:
+        """close(); the number of calls failed because ``timeout_s`` ran out."""
         if getattr(self._local, "sender", False):
             raise RuntimeError("close() called from a completion callback: it would wait for the thread it runs on")
+        if self._pid != os.getpid():  # a forked child that never used this client: nothing to send
+            with self._lock:
+                self._closed = True
+            with _live_lock:
+                _live.discard(self)
+            return 0
         with self._lock:
             self._closed = True
             self._room.notify_all()
@@ -149,11 +290,27 @@ class SolusClient:
         self.flush()
         with self._lock:
             done = self._idle.wait_for(lambda: self._outstanding == 0, timeout=timeout_s)
-        if not done:
-            self._abort()
+        failed = 0 if done else self._abort()
         self._senders.shutdown(wait=False, cancel_futures=True)
         if self._owned is not None:
             self._owned.close()
+        with _live_lock:
+            _live.discard(self)
+        return failed
+
+    def _close_at_exit(self) -> None:
+        """The interpreter is exiting and this client was never closed: send what is queued, wait
+        up to ``exit_timeout_s`` for the answers, fail the rest and say how many."""
+        if self._closed or self._pid != os.getpid():
+            return
+        timeout_s = self._s.exit_timeout_s
+        failed = self._close(timeout_s)
+        if failed:
+            warnings.warn(
+                f"SolusClient(address={self._s.address!r}, client_id={self._s.client_id!r}) was not closed before "
+                f"the interpreter exited: {failed} call(s) still unanswered after exit_timeout_s = {timeout_s:g} s "
+                f"were failed with ClientClosedError (the server may or may not have executed them); call "
+                f"close() before exiting", SolusExitWarning, stacklevel=1)
 
     def __enter__(self) -> "SolusClient":
         return self
@@ -167,22 +324,19 @@ class SolusClient:
         self._local.sender = True
 
     def _submit(self, op: str, deduper: str, entity, ttl_ms: int, record_id) -> Future:
+        self._check_fork()
         if self._closed:
             raise ClientClosedError(op, "before this call")
         rid = check_record_id(record_id)
-        f: Future = Future()
+        f: Future = _Answer(self._local, self._pid)
         try:
             entity = self._s.check_entity(deduper, entity)
         except ValueError as e:
             f.set_exception(SolusError(op, grpc.StatusCode.INVALID_ARGUMENT, str(e), 0))
             return f
         rec = Record(entity, rid, f, (deduper, ttl_ms, entity) if op == ADD_IF_ABSENT else None)
-        if rec.ukey is not None:
-            with self._lock:
-                earlier = self._unanswered.get(rec.ukey)
-                if earlier is not None and relation(earlier.record_id, rid) != DEFER:
-                    self._follow(earlier, rec)  # answered with the earlier one: needs no slot
-                    return f
+        # Every call holds a slot until answered, a repeat waiting on an earlier call of its entity
+        # too: otherwise one hot entity queues calls without bound while the server stalls.
         self._take_slot(op, rec)
         for batch in self._place((op, deduper, ttl_ms), rec, counted=False):
             self._send(batch)
@@ -224,8 +378,8 @@ class SolusClient:
             else:
                 earlier = self._unanswered.get(rec.ukey) if rec.ukey is not None else None
                 if earlier is not None:
+                    # A follower keeps its slot until it is answered (in _complete).
                     if relation(earlier.record_id, rec.record_id) != DEFER:
-                        self._give_back(rec)
                         if counted:
                             self._outstanding -= 1
                             self._idle.notify_all()
@@ -331,6 +485,9 @@ class SolusClient:
             self._in_flight.discard(batch)
             for r in batch.records:
                 self._give_back(r)
+                for follower in r.followers or ():
+                    if relation(r.record_id, follower.record_id) != DEFER:
+                        self._give_back(follower)  # answered below; a deferred one is queued with its slot
                 if r.ukey is not None and self._unanswered.get(r.ukey) is r:
                     del self._unanswered[r.ukey]
         try:
@@ -354,11 +511,13 @@ class SolusClient:
         else:
             _settle(follower.future, value if kind == SAME else False)
 
-    def _abort(self) -> None:
-        """close(timeout_s) ran out: fail every batch still queued or in flight."""
+    def _abort(self) -> int:
+        """close(timeout_s) ran out: fail every batch still queued or in flight; the number of
+        calls failed (their records and the repeats waiting on them)."""
         with self._lock:
             self._aborted.set()
             batches = list(self._pending.values()) + list(self._in_flight)
+            failed = sum(1 + len(r.followers or ()) for b in batches if not b.claimed for r in b.records)
             self._pending.clear()
             self._deadlines.clear()
             self._wake.notify()
@@ -366,10 +525,12 @@ class SolusClient:
             self._complete(batch, error=ClientClosedError(batch.key[0], "before the server answered (close timeout)"))
         with self._lock:
             self._idle.wait_for(lambda: self._outstanding == 0, timeout=_AFTER_ABORT_WAIT_S)
+        return failed
 
     # ------------------------------------------------------------------ admin
 
     def _admin_call(self, rpc: str, request):
+        self._check_fork()
         method = getattr(self._admin, rpc)
         attempt = 0
         while True:

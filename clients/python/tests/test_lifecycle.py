@@ -43,7 +43,8 @@ async def sent(client, call, timeout_s=5):
 def test_cancelling_one_future_of_a_batch_affects_only_that_future(server, deduper_name):
     # Found as: one caller cancels its future, the rest of its batch never completes, the
     # batch's slots leak, and once max_pending_records leaked every call blocks.
-    with SolusClient(server.address, client_id=CLIENT, max_batch=10, max_pending_records=10,
+    # 11 slots: the repeat holds one while it waits (issue 46), the 10 others fill the batch.
+    with SolusClient(server.address, client_id=CLIENT, max_batch=10, max_pending_records=11,
                      linger_ms=3_600_000) as c:
         c.create_deduper(deduper_name, 100_000, 0.01, 3600)
         first = c.add_if_absent(deduper_name, "cancel-0")
