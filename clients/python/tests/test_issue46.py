@@ -1,5 +1,5 @@
-"""Issue 46: a hot key, a fork, a waiting callback and an exit without close(), each tried the
-way the outside trial found it. A test that would hang on a fault runs
+"""Issue 46: a hot key, a fork, a GOAWAY, a held group, a waiting callback and an exit without
+close(), each tried the way the outside trial found it. A test that would hang on a fault runs
 its body with a time limit and fails instead."""
 import asyncio
 import os
@@ -12,8 +12,13 @@ import time
 import grpc
 import pytest
 
-from solus_client import AsyncSolusClient, CallbackWaitError, ForkedClientError, SolusClient
+from solus_client import AsyncSolusClient, CallbackWaitError, ForkedClientError, SolusClient, SolusError
+from solus_client._pb import deduper_pb2 as pb
+from solus_client._pb import deduper_pb2_grpc as pb_grpc
+from solus_client._retry import retry_delay_s
 
+from failed_call import FailedCall
+from goaway_proxy import GoawayProxy
 from test_lifecycle import within
 
 CLIENT = "py-issue46"
@@ -145,6 +150,95 @@ def test_an_asyncio_client_fails_at_once_in_a_forked_child(server, deduper_name)
     c = asyncio.run(made_and_used())  # left open: its channel belongs to that (finished) loop
     out = _in_child(lambda: asyncio.run(asyncio.wait_for(c.add_if_absent(deduper_name, "child"), 5)), timeout_s=15)
     assert out.startswith("raised ForkedClientError: ") and "Make a new client in this process" in out, out
+
+
+# ---------------------------------------------------------------- class 4: GOAWAY without trailers
+
+def test_a_goaway_enhance_your_calm_without_trailers_is_retried(server, deduper_name):
+    # Found as (Java): on resume from a stall hyper counted too many reset streams and answered
+    # GOAWAY ENHANCE_YOUR_CALM "too_many_resets" with no trailers. What Python's grpc surfaces:
+    with SolusClient(server.address, client_id=CLIENT) as c:
+        c.create_deduper(deduper_name, 100_000, 0.01, 3600)
+    proxy = GoawayProxy(server.port)
+    channel = grpc.insecure_channel(proxy.address)
+    try:
+        with pytest.raises(grpc.RpcError) as raised:
+            pb_grpc.DeduperServiceStub(channel).AddIfAbsent(
+                pb.AddIfAbsentRequest(client_id=CLIENT, deduper=deduper_name, entities=[b"raw"]), timeout=10)
+        e = raised.value
+        assert proxy.goaways_sent == 1
+        assert e.code() == grpc.StatusCode.UNAVAILABLE
+        assert "GOAWAY received; Error code: 11; Debug Text: too_many_resets" in e.details()
+        assert tuple(e.trailing_metadata() or ()) == ()
+        assert retry_delay_s(e) == 0.0  # a bare UNAVAILABLE: the client's rule retries it
+    finally:
+        channel.close()
+        proxy.close()
+    # With the request not taken (last stream 0), grpc core itself retries it on a new connection.
+    proxy = GoawayProxy(server.port, last_stream=False)
+    channel = grpc.insecure_channel(proxy.address)
+    try:
+        got = pb_grpc.DeduperServiceStub(channel).AddIfAbsent(
+            pb.AddIfAbsentRequest(client_id=CLIENT, deduper=deduper_name, entities=[b"raw"]), timeout=10)
+        assert list(got.absent) == [True]
+        assert (proxy.goaways_sent, proxy.piped) == (1, 1)
+    finally:
+        channel.close()
+        proxy.close()
+
+    # ... and the client rides it out: the GOAWAYed attempt is retried on a new connection.
+    proxy = GoawayProxy(server.port)
+    before = server.requests("AddIfAbsent")
+    try:
+        with SolusClient(proxy.address, client_id=CLIENT, linger_ms=1, initial_backoff_ms=1) as c:
+            assert c.add_if_absent(deduper_name, "goaway").result(10) is True
+        assert (proxy.goaways_sent, proxy.piped) == (1, 1)
+        assert server.requests("AddIfAbsent") == before + 1  # the GOAWAYed attempt never reached Solus
+    finally:
+        proxy.close()
+
+
+# ---------------------------------------------------------------- class 5: a held group after a failure
+
+class FailFirstWhenReleased(grpc.UnaryUnaryClientInterceptor):
+    """Holds the first AddIfAbsent until ``release`` is set, then fails it without sending it."""
+
+    def __init__(self):
+        self.release = threading.Event()
+        self.sent = []
+        self._first = True
+        self._lock = threading.Lock()
+
+    def intercept_unary_unary(self, continuation, details, request):
+        if not details.method.endswith("/AddIfAbsent"):
+            return continuation(details, request)
+        with self._lock:
+            first, self._first = self._first, False
+        if first:
+            self.release.wait(10)
+            return FailedCall(grpc.StatusCode.INVALID_ARGUMENT, "failed unsent by the test")
+        with self._lock:
+            self.sent.append(list(request.record_ids))
+        return continuation(details, request)
+
+
+def test_a_held_group_after_a_failed_first_call_answers_one_record_new(server, deduper_name):
+    # Found as (Java): calls of one entity with other record ids are held while an earlier call
+    # is unanswered; when that call failed unsent, the group went out in one request and every
+    # record was answered new. Python re-sends the held records one at a time.
+    gate = FailFirstWhenReleased()
+    with SolusClient(server.address, client_id=CLIENT, interceptors=[gate], linger_ms=1, max_attempts=1) as c:
+        c.create_deduper(deduper_name, 100_000, 0.01, 3600)
+        first = c.add_if_absent(deduper_name, "held", record_id="src/0/0")
+        time.sleep(0.2)  # the first call is on its way (held by the interceptor)
+        group = [c.add_if_absent(deduper_name, "held", record_id=f"src/0/{i}") for i in range(1, 6)]
+        gate.release.set()
+        with pytest.raises(SolusError) as failed:
+            first.result(10)
+        assert "failed unsent by the test" in str(failed.value)
+        answers = within(20, lambda: [f.result() for f in group])
+    assert answers == [True, False, False, False, False]
+    assert gate.sent == [[b"src/0/%d" % i] for i in range(1, 6)]  # one record per request, in order
 
 
 # ---------------------------------------------------------------- class 6: a callback that waits
