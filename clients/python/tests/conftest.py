@@ -4,7 +4,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -13,14 +12,17 @@ import urllib.request
 import pytest
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# What `solus serve` logs once bound (INFO): the ports it got when told to bind port 0.
+_LISTENING = re.compile(r"solus listening addr=127\.0\.0\.1:(\d+)")
+_METRICS = re.compile(r"metrics on http://127\.0\.0\.1:(\d+)/metrics")
 
 
 class SolusServer:
-    """``env``: extra SOLUS__* settings, e.g. {"SOLUS__LIMITS__MAX_CONCURRENT_REQUESTS": "1"}."""
+    """``env``: extra SOLUS__* settings, e.g. {"SOLUS__LIMITS__MAX_CONCURRENT_REQUESTS": "1"}.
+
+    The server binds port 0 (gRPC and metrics) and the ports it got are read from its log: no
+    port is picked by binding and releasing a socket (another process could take it between).
+    A restart (stop, then start) binds the same ports again, so clients keep their address."""
 
     def __init__(self, env=None):
         binary = os.environ.get("SOLUS_BIN")
@@ -29,8 +31,8 @@ class SolusServer:
                                "SOLUS_BIN=target/debug/solus); got " + repr(binary))
         self.binary = binary
         self.dir = tempfile.mkdtemp(prefix="solus-py-test")
-        self.port = _free_port()
-        self.metrics_port = _free_port()
+        self.port = 0
+        self.metrics_port = 0
         self.proc = None
         self.env = dict(env or {})
 
@@ -44,18 +46,23 @@ class SolusServer:
                    SOLUS__STORAGE__EMBEDDED__PATH=os.path.join(self.dir, "data"),
                    SOLUS__SERVER__DRAIN_TIMEOUT_MS="5000", NO_COLOR="1")
         env.update(self.env)
-        log = open(os.path.join(self.dir, "server.log"), "ab")
+        path = os.path.join(self.dir, "server.log")
+        start_at = os.path.getsize(path) if os.path.exists(path) else 0  # this start's lines only
+        log = open(path, "ab")
         self.proc = subprocess.Popen([self.binary, "serve"], env=env, stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
         until = time.monotonic() + 60
         while time.monotonic() < until:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"solus serve exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+            with open(path, "rb") as f:
+                f.seek(start_at)
+                text = f.read().decode(errors="replace")
+            listening, metrics = _LISTENING.search(text), _METRICS.search(text)
+            if listening and metrics:
+                self.port, self.metrics_port = int(listening.group(1)), int(metrics.group(1))
                 return self
-            except OSError:
-                time.sleep(0.02)
+            time.sleep(0.02)
         raise RuntimeError(f"solus serve did not listen on {self.address} within 60 s:\n{self.log()}")
 
     def stop(self):
