@@ -124,6 +124,9 @@ pub const GENERATIONS_RETIRED: &str = "solus_generations_retired_total";
 /// Data requests whose config was read again at their storage call: held
 /// past `engine::fresh::MAX_CONFIG_AGE` (queued in a lane or for the pool).
 pub const CONFIG_REREADS: &str = "solus_config_rereads_total";
+/// Writes whose bits were written again with a later expiry: the storage
+/// call took longer than `RESTAMP_AFTER_MS` from its clock read.
+pub const RESTAMPS: &str = "solus_restamps_total";
 pub const RECORD_REPLAYS: &str = "solus_record_replays_total";
 /// Record ids the embedded store holds in memory (expired ones until swept).
 pub const RECORDS_HELD: &str = "solus_records_held";
@@ -169,6 +172,7 @@ struct Metrics {
     auto_resize: Family<Labels, Counter>,
     generations_retired: Counter,
     config_rereads: Counter,
+    restamps: Counter,
     record_replays: Counter,
     records_held: Gauge,
     clock_offset: FloatGauge,
@@ -324,6 +328,13 @@ impl Metrics {
              resize margin since their lookup",
             config_rereads.clone(),
         );
+        let restamps = Counter::default();
+        registry.register(
+            counter_name(RESTAMPS),
+            "Writes whose bits were written again with an expiry counted from later: the storage call took over \
+             250 ms from its clock read, so the TTL counts from nearer the answer",
+            restamps.clone(),
+        );
         let records_remembered = Counter::default();
         registry.register(
             counter_name(RECORDS_REMEMBERED),
@@ -440,6 +451,7 @@ impl Metrics {
             auto_resize,
             generations_retired,
             config_rereads,
+            restamps,
             record_replays,
             records_held,
             clock_offset,
@@ -815,6 +827,11 @@ pub fn generation_retired() {
 /// Counts one data request's config read again at its storage call.
 pub fn config_reread() {
     m().config_rereads.inc();
+}
+
+/// Counts one slow write's bits written again with a later expiry.
+pub fn restamp() {
+    m().restamps.inc();
 }
 
 /// Sets the gauge of record ids held in memory.

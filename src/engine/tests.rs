@@ -21,6 +21,9 @@ struct CountingStore {
     fail_writes: AtomicBool,
     /// How long `get_deduper` takes, in ms, and how many times it ran.
     get_delay_ms: AtomicUsize,
+    /// How long the next `read_and_write_bits` takes before it writes, in ms
+    /// (a slow HBase round: a guard claim waited for).
+    slow_write_ms: AtomicUsize,
     gets: AtomicUsize,
     /// Reads of the deduper of this name block until [`CountingStore::release`]
     /// (a deduper whose storage hangs).
@@ -86,6 +89,8 @@ impl Store for CountingStore {
         self.calls.lock().unwrap().push("read_and_write");
         let cells = self.read(bits);
         before_write(&cells)?;
+        let slow = self.slow_write_ms.swap(0, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(slow as u64));
         self.write(bits, e)?;
         Ok(cells)
     }
@@ -768,4 +773,43 @@ async fn record_ids_in_one_batch_see_earlier_entities_and_a_full_budget_writes_n
         matches!(bad, Err(EngineError::Invalid(ref m)) if m.contains("1 record_ids for 3 entities")),
         "{bad:?}"
     );
+}
+
+/// Found by the history checker on real HBase: an AddIfAbsent whose storage
+/// call took seconds (a guard claim waited for) stamped its bits from its
+/// clock read at the start, so its entities read absent before the end of
+/// the TTL counted from the answer. A write slower than `RESTAMP_AFTER_MS`
+/// writes its bits again with the TTL counted from its end.
+#[tokio::test]
+async fn a_slow_write_counts_its_ttl_from_its_end() {
+    let store = Arc::new(CountingStore::default());
+    let engine = Engine::new(store.clone(), Limits::default());
+    let spec = CreateSpec {
+        client_id: "c".into(),
+        name: "d".into(),
+        hash_functions: 3,
+        shards: 4,
+        bits_per_shard: 4096,
+        expiry_seconds: 60,
+        ..Default::default()
+    };
+    engine.create_deduper(spec).await.unwrap();
+    store.slow_write_ms.store(700, Ordering::SeqCst);
+    let ttl = 10_000;
+    let absent = engine
+        .add_if_absent_with_id("c", "d", vec!["e1", "e2"], ttl, Some(b"r".to_vec()))
+        .await
+        .unwrap();
+    let answered = now_ms();
+    assert_eq!(absent, [true, true]);
+    let bits = store.bits.lock().unwrap();
+    assert_eq!(bits.len(), 6);
+    for (b, expire) in bits.iter() {
+        assert!(
+            // Within the re-stamp bound (250 ms), not the 700 ms of the slow call.
+            *expire >= answered + ttl as i64 - 300,
+            "{b:?} expires {} ms after the answer, TTL {ttl} ms",
+            expire - answered
+        );
+    }
 }
