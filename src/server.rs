@@ -437,21 +437,25 @@ fn describe_kerberos(k: &crate::storage::hbase::KerberosConfig) -> String {
     format!(", Kerberos SASL GSSAPI as {who}, min qop {}", k.min_qop.name())
 }
 
-/// Health service name of a deduper refused as misplaced:
-/// `solus.v1.DeduperService/<client_id>/<name>` (`NOT_SERVING`).
+/// Health service name of a deduper refused as misplaced or for an
+/// unusable stored config: `solus.v1.DeduperService/<client_id>/<name>`
+/// (`NOT_SERVING`).
 pub fn misplaced_health_service(client_id: &str, name: &str) -> String {
     format!("{DATA_SERVICE_NAME}/{client_id}/{name}")
 }
 
-/// Reports the dedupers refused as misplaced as their own `NOT_SERVING`
+/// Reports the dedupers refused as misplaced, or for a stored config that
+/// cannot be used, as their own `NOT_SERVING`
 /// health services, after asking the engine to re-check them, and clears
 /// the services of those no longer refused (deleted, or re-created where
 /// this replica keeps its bits): health follows the state, not history.
 async fn report_misplaced(engine: &Engine, health: &Health, reported: &mut std::collections::BTreeSet<String>) {
     engine.recheck_misplaced().await;
+    engine.recheck_unusable().await;
     let now: std::collections::BTreeSet<String> = engine
         .misplaced_dedupers()
         .iter()
+        .chain(&engine.unusable_dedupers())
         .map(|(client_id, name)| misplaced_health_service(client_id, name))
         .collect();
     for gone in reported.difference(&now) {

@@ -119,6 +119,21 @@ async fn refused_alone(s: &TestServer, names: &[String]) {
         .await
         .unwrap();
     assert_eq!(up.into_inner().status, 1, "the server is up (SERVING)");
+    // The bad deduper is its own NOT_SERVING health service (the health
+    // pass reports it within a few of its 200 ms rounds); the good one has none.
+    let service = |name: &str| tonic_health::pb::HealthCheckRequest {
+        service: solus::server::misplaced_health_service("c", name),
+    };
+    let mut bad = None;
+    for _ in 0..50 {
+        bad = health.check(service("bad")).await.ok().map(|r| r.into_inner().status);
+        if bad == Some(2) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(bad, Some(2), "c/bad NOT_SERVING");
+    assert!(health.check(service("good")).await.is_err(), "no service for c/good");
 }
 
 /// On HBase: `C:<column>` of `c/bad`'s row put to `value` by hand (a

@@ -15,8 +15,8 @@ use std::time::Duration;
 use common::*;
 use solus::api::pb;
 
-const REQUESTS: usize = 30;
-const ENTITIES: usize = 2000;
+const REQUESTS: usize = 20;
+const ENTITIES: usize = 1500;
 const EXPIRY_S: u64 = 4;
 
 async fn queued_writes_survive_a_resize(b: &TestBackend) {
@@ -88,15 +88,6 @@ async fn queued_writes_survive_a_resize(b: &TestBackend) {
     // within the late requests' TTL: every entity they wrote is present.
     solus::clock::shift_ms(stepped + retire_at + 300 - solus::clock::now_ms());
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let resized = s
-        .admin()
-        .get_deduper(pb::GetDeduperRequest {
-            client_id: "c".into(),
-            name: "d".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
     for (entities, acked) in &late {
         let absent = absent_all(&mut s.data(), "c", "d", entities).await;
         let now = solus::clock::now_ms();
@@ -109,11 +100,11 @@ async fn queued_writes_survive_a_resize(b: &TestBackend) {
         assert_eq!(
             lost,
             0,
-            "{}: {lost} of {} acknowledged entities read absent {} ms after their ack (generations now {:?})",
+            "{}: {lost} of {} acknowledged entities read absent {} ms after their ack, past the older \
+             generation's retirement",
             b.name,
             entities.len(),
-            now - acked,
-            resized.generations.iter().map(|g| g.id).collect::<Vec<_>>()
+            now - acked
         );
     }
     s.stop().await;

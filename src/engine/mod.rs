@@ -186,6 +186,8 @@ pub struct Engine {
     unrecorded: Mutex<HashSet<CacheKey>>,
     /// Dedupers refused as `Misplaced` since start: (client_id, name).
     misplaced: Mutex<std::collections::BTreeSet<CacheKey>>,
+    /// Dedupers whose stored config was unusable at their last lookup.
+    unusable: Mutex<std::collections::BTreeSet<CacheKey>>,
     /// Dedupers seen and their live figures (`stats.rs`).
     stats: Arc<stats::StatsBook>,
     stats_settings: StatsSettings,
@@ -375,6 +377,7 @@ impl Engine {
             forgotten: Arc::new(AtomicU64::new(0)),
             unrecorded: Mutex::new(HashSet::new()),
             misplaced: Mutex::new(std::collections::BTreeSet::new()),
+            unusable: Mutex::new(std::collections::BTreeSet::new()),
             stats: Arc::new(stats::StatsBook::default()),
             stats_settings: StatsSettings::default(),
             auto_resize: AutoResize::default(),
@@ -500,6 +503,11 @@ impl Engine {
             .ok()
             .flatten()
             .unwrap_or_else(|| Lookup::Failed("config lookup task ended".into(), false));
+        match &outcome {
+            Lookup::Failed(m, true) => self.note_usable(&key, Some(m)),
+            Lookup::Found(_) | Lookup::NotFound => self.note_usable(&key, None),
+            Lookup::Failed(_, false) => {}
+        }
         match outcome {
             Lookup::Found(d) => self.check_location(&key, d),
             Lookup::NotFound => Err(EngineError::NotFound {

@@ -179,20 +179,27 @@ impl Store for CountingStore {
     }
 }
 
-#[tokio::test]
-async fn one_storage_call_per_request_whatever_the_batch() {
+/// An engine on a fresh counting store with deduper `c`/`d` created:
+/// `k` bits per entity, `shards` shards of 4,096 bits, 60 s expiry.
+async fn engine_on_geometry(k: u32, shards: u32) -> (Arc<CountingStore>, Engine) {
     let store = Arc::new(CountingStore::default());
     let engine = Engine::new(store.clone(), Limits::default());
     let spec = CreateSpec {
         client_id: "c".into(),
         name: "d".into(),
-        hash_functions: 7,
-        shards: 256,
+        hash_functions: k,
+        shards,
         bits_per_shard: 4096,
         expiry_seconds: 60,
         ..Default::default()
     };
     engine.create_deduper(spec).await.unwrap();
+    (store, engine)
+}
+
+#[tokio::test]
+async fn one_storage_call_per_request_whatever_the_batch() {
+    let (store, engine) = engine_on_geometry(7, 256).await;
     let batch: Vec<Vec<u8>> = (0..5000).map(|i| format!("e{i}").into_bytes()).collect();
     engine.check_absence("c", "d", batch.clone()).await.unwrap();
     assert_eq!(
@@ -782,18 +789,7 @@ async fn record_ids_in_one_batch_see_earlier_entities_and_a_full_budget_writes_n
 /// writes its bits again with the TTL counted from its end.
 #[tokio::test]
 async fn a_slow_write_counts_its_ttl_from_its_end() {
-    let store = Arc::new(CountingStore::default());
-    let engine = Engine::new(store.clone(), Limits::default());
-    let spec = CreateSpec {
-        client_id: "c".into(),
-        name: "d".into(),
-        hash_functions: 3,
-        shards: 4,
-        bits_per_shard: 4096,
-        expiry_seconds: 60,
-        ..Default::default()
-    };
-    engine.create_deduper(spec).await.unwrap();
+    let (store, engine) = engine_on_geometry(3, 4).await;
     store.slow_write_ms.store(700, Ordering::SeqCst);
     let ttl = 10_000;
     let absent = engine

@@ -66,18 +66,27 @@ async fn wait_for(s: &TestServer, want: ServingStatus, within: Duration) -> Dura
     start.elapsed()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kill_9_of_thrift_then_of_hbase_under_adds_loses_no_acknowledged_add() {
-    let Some(mut b) = TestBackend::real_hbase() else { return };
+/// A server on the real HBase (held for this test alone, `None` where there
+/// is none) failing fast (0.5 s connect, 3 s calls, one retry), serving the
+/// deduper `create` makes; with the HBase and the backend holding it.
+async fn serving_with_deduper(
+    create: pb::CreateDeduperRequest,
+) -> Option<(TestServer, &'static RealHbase, TestBackend)> {
+    let mut b = TestBackend::real_hbase()?;
     let (real, _) = b.real.clone().unwrap();
     let h = &mut b.settings.storage.hbase;
     (h.connect_timeout_ms, h.read_timeout_ms, h.write_timeout_ms, h.retries) = (500, 3_000, 3_000, 1);
     let s = TestServer::start(&b).await;
-    s.admin()
-        .create_deduper(create_np("c", "d", 1_000_000, 0.01, 3600))
-        .await
-        .unwrap();
+    s.admin().create_deduper(create).await.unwrap();
     wait_for(&s, ServingStatus::Serving, Duration::from_secs(30)).await;
+    Some((s, real, b))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_of_thrift_then_of_hbase_under_adds_loses_no_acknowledged_add() {
+    let Some((s, real, _held)) = serving_with_deduper(create_np("c", "d", 1_000_000, 0.01, 3600)).await else {
+        return;
+    };
     let (stop_tx, stop_rx) = watch::channel(false);
     let (seen, task) = add_stream(&s, stop_rx);
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -164,16 +173,9 @@ struct Guarded {
 /// Thrift's return, and no acknowledged entity is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn add_if_absent_answers_again_within_2_s_of_a_thrift_restart() {
-    let Some(mut b) = TestBackend::real_hbase() else { return };
-    let (real, _) = b.real.clone().unwrap();
-    let h = &mut b.settings.storage.hbase;
-    (h.connect_timeout_ms, h.read_timeout_ms, h.write_timeout_ms, h.retries) = (500, 3_000, 3_000, 1);
-    let s = TestServer::start(&b).await;
-    s.admin()
-        .create_deduper(create_np("c", "g", 1_000_000, 0.001, 3600))
-        .await
-        .unwrap();
-    wait_for(&s, ServingStatus::Serving, Duration::from_secs(30)).await;
+    let Some((s, real, _held)) = serving_with_deduper(create_np("c", "g", 1_000_000, 0.001, 3600)).await else {
+        return;
+    };
     let (stop_tx, stop_rx) = watch::channel(false);
     let seen = Arc::new(Mutex::new(Guarded::default()));
     let mut streams = Vec::new();
