@@ -4,7 +4,6 @@ import java.io.IOException;
 import java.io.InputStream;
 import java.io.UncheckedIOException;
 import java.net.InetSocketAddress;
-import java.net.ServerSocket;
 import java.net.Socket;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -18,14 +17,18 @@ import java.util.stream.Stream;
 
 /**
  * A real {@code solus serve} for tests: the cargo-built binary named by the {@code solus.bin}
- * system property or the {@code SOLUS_BIN} environment variable, on free loopback ports, with a
- * fresh embedded data directory kept across {@link #restart()}.
+ * system property or the {@code SOLUS_BIN} environment variable, with a fresh embedded data
+ * directory kept across {@link #restart()}. The server binds port 0 for gRPC and metrics and the
+ * ports it got are read from its log ("solus listening addr=", "metrics on"): no port is picked by
+ * binding and releasing a socket, which another process could take in between. A restart binds
+ * the same ports again.
  */
 public final class SolusServer implements AutoCloseable {
     private final Path binary;
     private final Path dir;
-    private final int grpcPort;
-    private final int metricsPort;
+    /** 0 until the first start has bound one (the server binds port 0 and logs what it got). */
+    private int grpcPort;
+    private int metricsPort;
     private Process process;
 
     private final Map<String, String> env;
@@ -34,8 +37,6 @@ public final class SolusServer implements AutoCloseable {
         this.env = env;
         this.binary = binary();
         this.dir = Files.createTempDirectory("solus-java-test");
-        this.grpcPort = freePort();
-        this.metricsPort = freePort();
     }
 
     /** Starts a server and waits until it accepts connections. */
@@ -182,7 +183,12 @@ public final class SolusServer implements AutoCloseable {
         }
     }
 
+    private static final Pattern LISTENING = Pattern.compile("solus listening addr=127\\.0\\.0\\.1:(\\d+)");
+    private static final Pattern METRICS = Pattern.compile("metrics on http://127\\.0\\.0\\.1:(\\d+)/metrics");
+
     private void launch() throws IOException {
+        Path logFile = dir.resolve("server.log");
+        long logStart = Files.exists(logFile) ? Files.size(logFile) : 0;
         ProcessBuilder pb = new ProcessBuilder(binary.toString(), "serve");
         pb.environment().put("SOLUS__SERVER__LISTEN", address());
         pb.environment().put("SOLUS__METRICS__LISTEN", "127.0.0.1:" + metricsPort);
@@ -198,9 +204,22 @@ public final class SolusServer implements AutoCloseable {
         Process started = process;
         Runtime.getRuntime().addShutdownHook(new Thread(started::destroyForcibly));
         long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+        boolean metricsOn = !env.containsKey("SOLUS__METRICS__LISTEN") || !env.get("SOLUS__METRICS__LISTEN").isEmpty();
         while (System.nanoTime() < until) {
             if (!process.isAlive()) {
                 throw new IllegalStateException("solus serve exited with " + process.exitValue() + ":\n" + log());
+            }
+            String text = log();
+            text = text.length() >= logStart ? text.substring((int) logStart) : text;
+            Matcher listening = LISTENING.matcher(text);
+            Matcher metrics = METRICS.matcher(text);
+            if (!listening.find() || (metricsOn && !metrics.find())) {
+                sleep();
+                continue;
+            }
+            grpcPort = Integer.parseInt(listening.group(1));
+            if (metricsOn) {
+                metricsPort = Integer.parseInt(metrics.group(1));
             }
             try (Socket s = new Socket()) {
                 s.connect(new InetSocketAddress("127.0.0.1", grpcPort), 200);
@@ -217,9 +236,12 @@ public final class SolusServer implements AutoCloseable {
         throw new IllegalStateException("solus serve did not listen on " + address() + " within 60 s:\n" + log());
     }
 
-    private static int freePort() throws IOException {
-        try (ServerSocket s = new ServerSocket(0, 1, java.net.InetAddress.getLoopbackAddress())) {
-            return s.getLocalPort();
+    private static void sleep() {
+        try {
+            Thread.sleep(20);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IllegalStateException("interrupted while waiting for solus serve");
         }
     }
 
