@@ -20,7 +20,10 @@ import java.util.concurrent.CompletableFuture;
  * <p>Calls of one entity with other record ids go out in groups: every such call made while the
  * calls sent before are unanswered waits, and once those are all answered the whole group is sent
  * at once, in call order (so mostly in one request, where the server takes them in order). A hot
- * entity thus costs one round trip per group, not one per record.
+ * entity thus costs one round trip per group, not one per record. When one of the calls the group
+ * waited for failed (it may not have reached storage: an outage past the retry budget, a GOAWAY,
+ * close), that group goes out one record at a time instead, in call order, each after the one
+ * before is answered or failed: at most one of its records can then be answered new.
  */
 final class Unanswered {
     /** What a new call does about unanswered earlier calls of its entity. */
@@ -65,6 +68,11 @@ final class Unanswered {
         List<Waiting> next;
         /** Calls registered (sent or waiting) and not answered yet. */
         int open;
+        /**
+         * How many of the first calls of {@link #next} still go out one at a time: those held
+         * when a call they waited for failed.
+         */
+        int oneByOne;
     }
 
     /** A call waiting for its turn: how to send it, and its answer. */
@@ -110,23 +118,56 @@ final class Unanswered {
         answer.whenComplete((x, err) -> answered(key));
         if (waitFor != null) {
             // Outside the lock: an already answered group releases the next one right here.
-            waitFor.whenComplete((x, err) -> release(key));
+            waitFor.whenComplete((x, err) -> release(key, err != null));
         }
         return d;
     }
 
-    /** Sends the waiting group of {@code key}; the group after it waits for this one's answers. */
-    private void release(Key key) {
-        List<Waiting> group;
-        synchronized (this) {
-            Entity e = entities.get(key);
-            group = e.next;
-            e.next = null;
-            // Set before any send: a send may complete (and fail) at once, e.g. after close.
-            e.sent = CompletableFuture.allOf(group.stream().map(Waiting::answer).toArray(CompletableFuture[]::new));
-        }
-        for (Waiting w : group) {
-            w.send().run();
+    /**
+     * Sends the waiting group of {@code key}; the group after it waits for this one's answers.
+     * When one of the calls it waited for failed ({@code failed}), that call may never have
+     * reached storage, and the group's records would all read the entity absent if sent together
+     * (in one request, or in concurrent ones): the group then goes out one record at a time, in
+     * call order, each once the one before is answered or failed; calls made meanwhile wait for
+     * the whole group and go out together after it, as usual.
+     */
+    private void release(Key key, boolean failed) {
+        while (true) {
+            List<Waiting> group;
+            Waiting one = null;
+            synchronized (this) {
+                Entity e = entities.get(key);
+                group = e.next;
+                if (failed) {
+                    e.oneByOne = group.size(); // every call held now, the earlier ones of the group included
+                }
+                if (e.oneByOne > 0 && group.size() > 1) {
+                    e.oneByOne--;
+                    one = group.get(0);
+                    e.next = new ArrayList<>(group.subList(1, group.size()));
+                    e.sent = one.answer();
+                } else {
+                    e.oneByOne = 0;
+                    e.next = null;
+                    // Set before any send: a send may complete (and fail) at once, e.g. after close.
+                    e.sent = CompletableFuture.allOf(group.stream().map(Waiting::answer).toArray(CompletableFuture[]::new));
+                }
+            }
+            if (one == null) {
+                for (Waiting w : group) {
+                    w.send().run();
+                }
+                return;
+            }
+            one.send().run();
+            CompletableFuture<Boolean> a = one.answer();
+            if (!a.isDone()) {
+                a.whenComplete((x, err) -> release(key, err != null));
+                return;
+            }
+            // Answered (or failed, e.g. after close) during its send: the next one in this loop,
+            // not in a nested callback (no deep recursion through a long group).
+            failed = a.isCompletedExceptionally();
         }
     }
 

@@ -98,6 +98,27 @@ class UnansweredTest {
     }
 
     @Test
+    void afterAFailedCallTheHeldGroupGoesOutOneAtATime() {
+        CompletableFuture<Boolean> first = new CompletableFuture<>();
+        call("first", id("r1"), first);
+        List<CompletableFuture<Boolean>> group = new ArrayList<>();
+        for (String r : new String[] {"r2", "r3", "r4"}) {
+            CompletableFuture<Boolean> f = new CompletableFuture<>();
+            group.add(f);
+            call(r, id(r), f);
+        }
+        first.completeExceptionally(new RuntimeException("failed unsent"));
+        assertEquals(List.of("r2"), sent, "only the first of the group");
+        call("r5", id("r5"), new CompletableFuture<>()); // made meanwhile: after the group, as usual
+        group.get(0).complete(true);
+        assertEquals(List.of("r2", "r3"), sent);
+        group.get(1).completeExceptionally(new RuntimeException("failed too"));
+        assertEquals(List.of("r2", "r3", "r4"), sent);
+        group.get(2).complete(false);
+        assertEquals(List.of("r2", "r3", "r4", "r5"), sent);
+    }
+
+    @Test
     void otherDeduperOrTtlIsAnotherEntity() {
         call("a", null, new CompletableFuture<>());
         assertEquals(Action.SEND, u.register("other", 0, X, null, new CompletableFuture<>(), () -> { }).action());
