@@ -15,7 +15,8 @@ import io.grpc.protobuf.StatusProto;
  * inactive deduper). Without a status-details trailer, {@code UNAVAILABLE} (no server answered:
  * the connection failed), {@code DEADLINE_EXCEEDED} (the attempt's own deadline) and
  * {@code CANCELLED} (a request that raced a shutting-down server's GOAWAY, not run) are retried
- * too.
+ * too, and so is any status grpc-java made from a GOAWAY the connection received (its description
+ * names the GOAWAY; ENHANCE_YOUR_CALM comes as {@code RESOURCE_EXHAUSTED}).
  */
 final class Retry {
     /** Returned by {@link #serverDelayMillis} for a failure that must not be retried. */
@@ -50,10 +51,25 @@ final class Retry {
         // A bare CANCELLED is a request that raced a shutting-down server's GOAWAY: not run. (The
         // client's own cancellations happen only in close, which retries nothing.)
         if (!answered && (code == Status.Code.UNAVAILABLE || code == Status.Code.DEADLINE_EXCEEDED
-                || code == Status.Code.CANCELLED)) {
+                || code == Status.Code.CANCELLED || goAway(failure))) {
             return 0;
         }
         return NEVER;
+    }
+
+    /**
+     * Whether the attempt failed because its connection received an HTTP/2 GOAWAY: a transport
+     * event, not a gRPC answer (it comes without trailers). grpc-java turns the GOAWAY's HTTP/2
+     * error code into the status and says so in the description. After a stall, the client's
+     * timed-out attempts have reset many streams at once and hyper closes the connection with
+     * ENHANCE_YOUR_CALM "too_many_resets", which grpc-java (1.85) reports on the streams it had
+     * sent as {@code RESOURCE_EXHAUSTED: Abrupt GOAWAY closed sent stream. HTTP/2 error code:
+     * ENHANCE_YOUR_CALM (Bandwidth exhausted), debug data: too_many_resets} (other versions and
+     * paths say "Received Goaway"): no refusal of the server's, the next connection is answered.
+     */
+    static boolean goAway(Throwable failure) {
+        String d = Status.fromThrowable(failure).getDescription();
+        return d != null && d.toLowerCase(java.util.Locale.ROOT).contains("goaway");
     }
 
     private static long delayMillis(Any retryInfo) {

@@ -50,8 +50,8 @@ import solus.v1.DeduperServiceGrpc;
  * returns a future. Entities of the same RPC, deduper and TTL are coalesced into one request of
  * up to {@code maxBatch} entities, sent when full or {@code linger} after its first entity,
  * whichever comes first. At most {@code maxInFlight} requests are in flight; at most
- * {@code maxPendingRecords} entities may wait for their answer, beyond which calls block
- * (backpressure) until answers come back.
+ * {@code maxPendingRecords} calls may wait for their answer (repeats of an unanswered entity,
+ * which are not sent, included), beyond which calls block (backpressure) until answers come back.
  *
  * <p>A request is retried only when a retry can help: when the server attached
  * {@code google.rpc.RetryInfo} to its refusal (the concurrency limit, storage unavailable, a
@@ -72,7 +72,7 @@ import solus.v1.DeduperServiceGrpc;
  * ({@link #addIfAbsent(String, byte[], byte[])}) a repeat with the same record id is the same
  * record and gets the first call's answer; those with other record ids are sent, together, once
  * the calls before are answered, so that a replayed record is answered as its first occurrence
- * was.
+ * was (one at a time, in call order, when one of the calls before failed).
  *
  * <p>Futures: cancelling one affects only it (the record is still sent; its batch and the repeats
  * waiting for it complete as usual). A batch gives its {@code maxPendingRecords} slots back before
@@ -82,7 +82,9 @@ import solus.v1.DeduperServiceGrpc;
  *
  * <p>Thread-safe; one instance per process is enough. Futures complete on gRPC's threads: keep
  * callbacks short or move work elsewhere with the {@code *Async} methods of
- * {@link CompletableFuture}.
+ * {@link CompletableFuture}. A blocking wait ({@code get}, {@code join}) on an unanswered future of
+ * this client inside a callback the client runs throws {@link IllegalStateException} at once: the
+ * answer it waits for may be delivered by that same thread once the callback returns.
  */
 public final class SolusClient implements AutoCloseable {
     /** The default gRPC port of {@code solus serve}. */
@@ -342,34 +344,40 @@ public final class SolusClient implements AutoCloseable {
             Unanswered.Decision d = unanswered.register(deduper, ttlMs, rec.entity, rid, rec.answer,
                     () -> offer(key, rec));
             switch (d.action()) {
+                // A repeat keeps its slot until its answer: a hot entity repeated while the server
+                // stalls blocks its callers at maxPendingRecords like distinct entities do, instead
+                // of piling up waiting calls without bound.
                 case SHARE -> {
-                    pendingRecords.release();
-                    return follow(d.earlier(), null);
+                    return follow(d.earlier(), null, true);
                 }
                 case PRESENT_AFTER -> {
-                    pendingRecords.release();
-                    return follow(d.earlier(), Boolean.FALSE);
+                    return follow(d.earlier(), Boolean.FALSE, true);
                 }
                 case SEND_AFTER -> {
                     // Keeps its slot while it waits; sent (by the registry) whatever the earlier calls' outcome.
-                    return follow(rec.answer, null);
+                    return follow(rec.answer, null, false);
                 }
                 case SEND -> {
                 }
             }
         }
         offer(key, rec);
-        return follow(rec.answer, null);
+        return follow(rec.answer, null, false);
     }
 
     /**
      * The caller's future of an internal answer: completes as {@code answer} does (with
      * {@code value} instead of the answer when not null), while cancelling or completing it
-     * touches nothing of the client's (the batch, repeats waiting for this call).
+     * touches nothing of the client's (the batch, repeats waiting for this call). With
+     * {@code ownSlot} (a repeat not sent itself) it gives its {@code maxPendingRecords} slot back
+     * first, before it completes, as a batch does.
      */
-    private static CompletableFuture<Boolean> follow(CompletableFuture<Boolean> answer, Boolean value) {
-        CompletableFuture<Boolean> f = new CompletableFuture<>();
+    private CompletableFuture<Boolean> follow(CompletableFuture<Boolean> answer, Boolean value, boolean ownSlot) {
+        CompletableFuture<Boolean> f = new Answer<>(this);
         answer.whenComplete((x, e) -> {
+            if (ownSlot) {
+                pendingRecords.release();
+            }
             if (e != null) {
                 f.completeExceptionally(e);
             } else {
@@ -463,7 +471,7 @@ public final class SolusClient implements AutoCloseable {
             if (terminated) {
                 batch.fail(closedError(batch.op, batch.attempts)); // the channel's shutdown, not the server's answer
             } else if (serverDelay != Retry.NEVER && batch.attempts < cfg.maxAttempts) {
-                if (st.getCode() == Status.Code.UNAVAILABLE) {
+                if (st.getCode() == Status.Code.UNAVAILABLE || Retry.goAway(t)) {
                     // Reconnect at once when the retry comes instead of after gRPC's own backoff.
                     managed.resetConnectBackoff();
                 }
@@ -644,8 +652,13 @@ public final class SolusClient implements AutoCloseable {
         void complete(List<Boolean> answers) {
             if (live.remove(this)) {
                 pendingRecords.release(futures.size());
-                for (int i = 0; i < futures.size(); i++) {
-                    futures.get(i).complete(answers.get(i));
+                Answer.CallingBack mark = Answer.callingBack(SolusClient.this);
+                try {
+                    for (int i = 0; i < futures.size(); i++) {
+                        futures.get(i).complete(answers.get(i));
+                    }
+                } finally {
+                    mark.close();
                 }
             }
         }
@@ -653,8 +666,13 @@ public final class SolusClient implements AutoCloseable {
         void fail(Throwable t) {
             if (live.remove(this)) {
                 pendingRecords.release(futures.size());
-                for (CompletableFuture<Boolean> f : futures) {
-                    f.completeExceptionally(t);
+                Answer.CallingBack mark = Answer.callingBack(SolusClient.this);
+                try {
+                    for (CompletableFuture<Boolean> f : futures) {
+                        f.completeExceptionally(t);
+                    }
+                } finally {
+                    mark.close();
                 }
             }
         }
@@ -732,7 +750,7 @@ public final class SolusClient implements AutoCloseable {
                 if (serverDelay == Retry.NEVER || attempt >= cfg.maxAttempts) {
                     throw new SolusException(rpc, st, attempt);
                 }
-                if (st.getCode() == Status.Code.UNAVAILABLE) {
+                if (st.getCode() == Status.Code.UNAVAILABLE || Retry.goAway(e)) {
                     managed.resetConnectBackoff();
                 }
                 try {
@@ -854,8 +872,9 @@ public final class SolusClient implements AutoCloseable {
         }
 
         /**
-         * Most entities waiting for their answer (queued, in flight or retrying); beyond it the
-         * data calls block until answers come back. Default {@code 2 * maxBatch * maxInFlight}.
+         * Most calls waiting for their answer (queued, in flight or retrying, and repeats of an
+         * unanswered entity waiting for its answer); beyond it the data calls block until answers
+         * come back. Default {@code 2 * maxBatch * maxInFlight}.
          */
         public Builder maxPendingRecords(int maxPendingRecords) {
             this.maxPendingRecords = range(maxPendingRecords, 1, Integer.MAX_VALUE, "maxPendingRecords");
