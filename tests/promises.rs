@@ -19,7 +19,8 @@
 //! so a history stays small enough to check), with a summary of them all;
 //! `PROMISES_CLOCK_STEP_MS` sets the nemesis's largest clock step (default
 //! 400 on the embedded store, 0 on HBase, which judges cell TTLs on its own
-//! clock).
+//! clock); `PROMISES_STORAGE_RESTARTS` (a chance per 100 ms step, e.g.
+//! 0.005) adds `kill -9` and restarts of the real HBase's Thrift server.
 
 mod common;
 mod history;
@@ -51,6 +52,7 @@ struct Totals {
     resizes: u32,
     bursts: u32,
     expiry_changes: u32,
+    storage_restarts: u32,
     clock_steps: u32,
     failed: Vec<String>,
 }
@@ -69,6 +71,7 @@ impl Totals {
         self.resizes += o.faults.resizes;
         self.bursts += o.faults.bursts;
         self.expiry_changes += o.faults.expiry_changes;
+        self.storage_restarts += o.faults.storage_restarts;
         self.clock_steps += o.faults.clock_steps;
         if !r.violations.is_empty() {
             self.failed
@@ -79,7 +82,8 @@ impl Totals {
     fn print(&self, what: &str, took: Duration) {
         eprintln!(
             "promises summary, {what}: {} seeds in {:.1} min; {} ops ({} acknowledged, {} unknown, {} refused); \
-             faults: {} resizes, {} bursts, {} expiry changes, {} clock steps; {} violations; false positives {} of \
+             faults: {} resizes, {} bursts, {} expiry changes, {} storage restarts, {} clock steps; {} violations; \
+             false positives {} of \
              {} cold reads ({:.2e})",
             self.seeds,
             took.as_secs_f64() / 60.0,
@@ -90,6 +94,7 @@ impl Totals {
             self.resizes,
             self.bursts,
             self.expiry_changes,
+            self.storage_restarts,
             self.clock_steps,
             self.violations,
             self.false_positives,
@@ -158,11 +163,23 @@ async fn run_on(backend: &str, seed: u64, totals: &mut Totals) {
         plan.large_batch = 2_000;
         plan.large_share = 0.3;
     }
+    if let Ok(chance) = std::env::var("PROMISES_STORAGE_RESTARTS") {
+        plan.nemesis.storage_restart = chance.parse().expect("PROMISES_STORAGE_RESTARTS: a chance per step");
+    }
     if let Ok(step) = std::env::var("PROMISES_CLOCK_STEP_MS") {
         plan.nemesis.max_clock_step_ms = step.parse().expect("PROMISES_CLOCK_STEP_MS: ms");
     }
+    // On real HBase the nemesis also kills HBase's Thrift server (-9) and
+    // starts it again on the same data.
+    let restart: Option<history::nemesis::Restart> = b.real.clone().map(|(real, _)| {
+        let restart: history::nemesis::Restart = std::sync::Arc::new(move || {
+            real.kill9("thrift");
+            real.restart_stopped();
+        });
+        restart
+    });
     let channels: Vec<_> = servers.iter().map(|s| s.channel.clone()).collect();
-    let outcome = history::run(&plan, &channels, clock_bound).await;
+    let outcome = history::run(&plan, &channels, clock_bound, restart).await;
     history::print(&plan, &format!("{backend} ({replicas} replica(s))"), &outcome);
     for s in servers {
         s.stop().await;

@@ -126,7 +126,12 @@ pub fn settings(faults: &nemesis::Faults, clock_bound_ms: i64) -> Settings {
 /// Runs `plan` against the replicas at `channels` (sharing one store;
 /// client `c` talks to replica `c % replicas`, the nemesis to the first),
 /// then checks the history.
-pub async fn run(plan: &Plan, channels: &[tonic::transport::Channel], clock_bound_ms: i64) -> Outcome {
+pub async fn run(
+    plan: &Plan,
+    channels: &[tonic::transport::Channel],
+    clock_bound_ms: i64,
+    restart: Option<nemesis::Restart>,
+) -> Outcome {
     let channel = channels[0].clone();
     let started = Instant::now();
     let rec = Arc::new(Recorder::default());
@@ -141,7 +146,7 @@ pub async fn run(plan: &Plan, channels: &[tonic::transport::Channel], clock_boun
     }
     let nemesis = {
         let (rec, plan, channel) = (rec.clone(), plan.clone(), channel.clone());
-        tokio::spawn(async move { nemesis::run(&plan, channel, rec).await })
+        tokio::spawn(async move { nemesis::run(&plan, channel, rec, restart).await })
     };
     tokio::time::sleep(plan.duration).await;
     rec.stop.store(true, Ordering::SeqCst);
