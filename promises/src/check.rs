@@ -210,10 +210,18 @@ impl Entity<'_> {
             let same_record = rec.is_some() && xo.record_id(x.i) == rec;
             // An earlier attempt of the same request or record explains a
             // present answer only when it answered present itself (its bits
-            // then stay set, and its answer is the one to repeat).
-            let first_absent = matches!(xo.outcome, Outcome::Unknown) || xo.answer(x.i) == Some(true);
-            if (same_request || same_record) && first_absent {
-                return false;
+            // then stay set, and its answer is the one to repeat), or failed
+            // unanswered at a time another write was live (it may have read
+            // present, then written without remembering an absent answer).
+            if same_request || same_record {
+                let explains = match xo.outcome {
+                    Outcome::Ok { .. } => xo.answer(x.i) == Some(false),
+                    Outcome::Unknown => self.live_during(o, xo.invoke_ms, xo.complete_ms),
+                    Outcome::Refused => false,
+                };
+                if !explains {
+                    return false;
+                }
             }
             if !xo.may_have_written() || xo.invoke_ms > r.complete_ms {
                 return false;
@@ -224,6 +232,28 @@ impl Entity<'_> {
                 _ => {
                     let ttl = i64::try_from(xo.ttl_ms).unwrap_or(i64::MAX);
                     xo.complete_ms.saturating_add(ttl) + self.s.clock_bound_ms + self.s.stamp_rounding_ms >= read_from
+                }
+            }
+        })
+    }
+
+    /// Whether a write of this entity by neither `o`'s request nor its
+    /// record may have been live at some moment of `[from, to]`.
+    fn live_during(&self, o: Occ, from: i64, to: i64) -> bool {
+        let r = self.op(o);
+        let rec = r.record_id(o.i);
+        self.occs.iter().any(|&y| {
+            let yo = self.op(y);
+            let family = (r.request_id.is_some() && yo.request_id == r.request_id)
+                || (rec.is_some() && yo.record_id(y.i) == rec);
+            if y.op == o.op || family || !yo.may_have_written() || yo.invoke_ms > to {
+                return false;
+            }
+            match yo.outcome {
+                Outcome::Unknown => true,
+                _ => {
+                    let ttl = i64::try_from(yo.ttl_ms).unwrap_or(i64::MAX);
+                    yo.complete_ms.saturating_add(ttl) + self.s.clock_bound_ms + self.s.stamp_rounding_ms >= from
                 }
             }
         })

@@ -121,6 +121,17 @@ fn a_replay_answers_absent_again_and_is_not_a_duplicate() {
     let r = check(&[short, present_first, replay], &S);
     assert!(r.violations.is_empty(), "{r}");
     assert_eq!(r.false_positives, 0);
+    // A record's attempt that failed unanswered while another write of the
+    // entity was live may have read it present, written, and remembered
+    // nothing: a later present answer of that record is no violation.
+    let mut early = op(7, Kind::Add, &["e"], (-20, -10), ok(&[]));
+    early.ttl_ms = 15;
+    let unknown = with_records(op(8, Kind::AddIfAbsent, &["e"], (0, 30), Outcome::Unknown), &["r"]);
+    let later = with_records(op(9, Kind::CheckAbsence, &["e"], (40, 45), ok(&[false])), &["r"]);
+    let r = check(&[early, unknown.clone(), later.clone()], &S);
+    assert!(r.violations.is_empty(), "{r}");
+    // Without that other write, it must have been absent and remembered.
+    assert_eq!(names(&check(&[unknown, later], &S)), ["replay dropped"]);
     // A first attempt that failed without an answer: the retry must be absent.
     let failed = with_request(op(1, Kind::AddIfAbsent, &["e"], (0, 5), Outcome::Unknown), "q");
     let retry = with_request(op(2, Kind::AddIfAbsent, &["e"], (10, 15), ok(&[false])), "q");

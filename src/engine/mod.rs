@@ -1005,7 +1005,8 @@ impl Engine {
                 }
                 // The write above before these reads, for the argument above.
                 std::sync::atomic::fence(Ordering::SeqCst);
-                resize::narrow_to_absent_in_all(&*store, others.iter(), &entities, now, answer)
+                let newest = d.generations.last().map_or(0, |g| g.id);
+                resize::narrow_to_absent_in_all(&*store, others.iter(), &entities, now, answer, newest)
             };
             if key.is_none() && record_ids.is_empty() {
                 // Nothing to record between the read and the write.

@@ -119,6 +119,8 @@ pub fn settings(faults: &nemesis::Faults, clock_bound_ms: i64) -> Settings {
     Settings {
         clock_bound_ms,
         answer_slack_ms: 1000 + faults.max_clock_step_ms,
+        // Whole seconds on the embedded store; HBase keeps ms, but its
+        // default is kept: it only widens what explains a present answer.
         ..Settings::default()
     }
 }
