@@ -223,18 +223,25 @@ impl Entity<'_> {
                     return false;
                 }
             }
-            if !xo.may_have_written() || xo.invoke_ms > r.complete_ms {
-                return false;
-            }
-            match xo.outcome {
-                // May land at any time after its invoke.
-                Outcome::Unknown => true,
-                _ => {
-                    let ttl = i64::try_from(xo.ttl_ms).unwrap_or(i64::MAX);
-                    xo.complete_ms.saturating_add(ttl) + self.s.clock_bound_ms + self.s.stamp_rounding_ms >= read_from
-                }
-            }
+            self.may_be_live(xo, read_from, r.complete_ms)
         })
+    }
+
+    /// Whether `w`'s bits may have been set at some moment of `[from, to]`:
+    /// a write invoked by `to`, and acknowledged no longer than its TTL (and
+    /// the clock bound and stamp rounding) before `from`, or unanswered (it
+    /// may land at any time after its invoke).
+    fn may_be_live(&self, w: &Op, from: i64, to: i64) -> bool {
+        if !w.may_have_written() || w.invoke_ms > to {
+            return false;
+        }
+        match w.outcome {
+            Outcome::Unknown => true,
+            _ => {
+                let ttl = i64::try_from(w.ttl_ms).unwrap_or(i64::MAX);
+                w.complete_ms.saturating_add(ttl) + self.s.clock_bound_ms + self.s.stamp_rounding_ms >= from
+            }
+        }
     }
 
     /// Whether a write of this entity by neither `o`'s request nor its
@@ -246,16 +253,7 @@ impl Entity<'_> {
             let yo = self.op(y);
             let family = (r.request_id.is_some() && yo.request_id == r.request_id)
                 || (rec.is_some() && yo.record_id(y.i) == rec);
-            if y.op == o.op || family || !yo.may_have_written() || yo.invoke_ms > to {
-                return false;
-            }
-            match yo.outcome {
-                Outcome::Unknown => true,
-                _ => {
-                    let ttl = i64::try_from(yo.ttl_ms).unwrap_or(i64::MAX);
-                    yo.complete_ms.saturating_add(ttl) + self.s.clock_bound_ms + self.s.stamp_rounding_ms >= from
-                }
-            }
+            y.op != o.op && !family && self.may_be_live(yo, from, to)
         })
     }
 
