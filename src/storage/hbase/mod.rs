@@ -483,7 +483,15 @@ impl guard::Rows for GuardCell<'_> {
 
     fn swap(&self, expected: &[u8], new: &[u8]) -> Result<bool, StorageError> {
         let s = self.store;
-        guard::swap(&s.pool, &s.tables, self.table, self.guard_row, expected, new, self.ttl_ms)
+        guard::swap(
+            &s.pool,
+            &s.tables,
+            self.table,
+            self.guard_row,
+            expected,
+            new,
+            self.ttl_ms,
+        )
     }
 }
 
