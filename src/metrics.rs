@@ -125,7 +125,7 @@ pub const GENERATIONS_RETIRED: &str = "solus_generations_retired_total";
 /// past `engine::fresh::MAX_CONFIG_AGE` (queued in a lane or for the pool).
 pub const CONFIG_REREADS: &str = "solus_config_rereads_total";
 /// Writes whose bits were written again with a later expiry: the storage
-/// call took longer than `RESTAMP_AFTER_MS` from its clock read.
+/// call took longer than `RESTAMP_AFTER_MS` (1 s) from its clock read.
 pub const RESTAMPS: &str = "solus_restamps_total";
 pub const RECORD_REPLAYS: &str = "solus_record_replays_total";
 /// Record ids the embedded store holds in memory (expired ones until swept).
@@ -332,7 +332,7 @@ impl Metrics {
         registry.register(
             counter_name(RESTAMPS),
             "Writes whose bits were written again with an expiry counted from later: the storage call took over \
-             250 ms from its clock read, so the TTL counts from nearer the answer",
+             1 s from its clock read, so the TTL counts from nearer the answer",
             restamps.clone(),
         );
         let records_remembered = Counter::default();

@@ -193,9 +193,14 @@ async fn framed_transport_and_requests_over_the_frame_limit() {
         add(&s, "c", "d", &refs, 0).await;
         // ~70,000 cells in 10 shard rows of ~7,000: one call per whole row
         // (each under WRITE_CELLS = 8,192 cells and 1 MiB, the frame limit
-        // being 2 MB); rows are not split across calls.
+        // being 2 MB); rows are not split across calls. A write slower than
+        // 1 s (a loaded debug build) is stamped again once: a second pass of
+        // the same 10 calls.
         let (_, writes) = data_calls(&b);
-        assert_eq!(writes, 10, "{protocol:?}: {writes} mutateRowsTs calls");
+        assert!(
+            writes == 10 || writes == 20,
+            "{protocol:?}: {writes} mutateRowsTs calls"
+        );
         assert!(absent(&s, "c", "d", &refs).await.iter().all(|a| !a), "{protocol:?}");
     }
 }
