@@ -60,26 +60,32 @@ impl Held {
         if self.since.elapsed() <= MAX_CONFIG_AGE && now_ms() - self.since_ms <= max {
             return Ok(self.d);
         }
-        let held = self.d;
-        let Some(d) = store.get_deduper(&held.client_id, &held.name)? else {
-            return Err(EngineError::NotFound {
-                client_id: held.client_id.clone(),
-                name: held.name.clone(),
-            });
-        };
-        if !d.active {
-            return Err(EngineError::Inactive { name: d.name });
-        }
-        if let (Some(recorded), Some(current)) = (&d.data_location, &held.data_location)
-            && recorded != current
-        {
-            return Err(EngineError::Misplaced {
-                name: d.name.clone(),
-                recorded: recorded.clone(),
-                current: current.clone(),
-            });
-        }
-        crate::metrics::config_reread();
-        Ok(Arc::new(d))
+        reread(store, &self.d)
     }
+}
+
+/// `held`'s config as the store has it now (a blocking read), checked as a
+/// lookup would: the current config of a request that has waited. Errors:
+/// as [`Held::current`].
+pub fn reread(store: &dyn Store, held: &Deduper) -> Result<Arc<Deduper>, EngineError> {
+    let Some(d) = store.get_deduper(&held.client_id, &held.name)? else {
+        return Err(EngineError::NotFound {
+            client_id: held.client_id.clone(),
+            name: held.name.clone(),
+        });
+    };
+    if !d.active {
+        return Err(EngineError::Inactive { name: d.name });
+    }
+    if let (Some(recorded), Some(current)) = (&d.data_location, &held.data_location)
+        && recorded != current
+    {
+        return Err(EngineError::Misplaced {
+            name: d.name.clone(),
+            recorded: recorded.clone(),
+            current: current.clone(),
+        });
+    }
+    crate::metrics::config_reread();
+    Ok(Arc::new(d))
 }

@@ -700,14 +700,13 @@ impl Engine {
         self.blocking_for(client_id, name, move || {
             let d = held.current(&*store)?;
             let now = now_ms();
-            let stamped = fresh::Held::new(d.clone());
             let expire = check_expire(&*store, now, ttl)?;
             // Adds go to the newest generation writes have moved to.
             let (w, _) = resize::split(&d, now);
             let plan = Plan::for_store(store.bit_order(), true, &w, &entities);
             let Some(key) = key else {
                 store.write_bits(&w, &plan.addrs, expire)?;
-                restamp_if_slow(&*store, stamped, now, &entities, ttl)?;
+                restamp_if_slow(&*store, &d, now, &entities, ttl)?;
                 return Ok(entities.len() as u32);
             };
             let digest = requests::digest(ttl_ms, &entities);
@@ -726,7 +725,7 @@ impl Engine {
                 },
             };
             write_again(&*store, &record, Kind::Add, &digest, &w, &plan.addrs, expire)?;
-            restamp_if_slow(&*store, stamped, now, &entities, ttl)?;
+            restamp_if_slow(&*store, &d, now, &entities, ttl)?;
             Ok(record.count)
         })
         .await
@@ -880,7 +879,7 @@ impl Engine {
                 absent_in(&*store, &d, &entities, now)?
             } else {
                 let view = crate::generations::View::at(&d, now);
-                resize::absent_in_all(&*store, view.readers.iter(), &entities, now)?
+                resize::absent_in_all(&*store, view.readers.iter(), &entities, now, &resize::newest_filter(&d))?
             };
             if !record_ids.is_empty() {
                 let replays = records::apply_replays(&entities, &record_ids, &mut absent, |asked| {
@@ -971,7 +970,6 @@ impl Engine {
         self.blocking_for(client_id, name, move || {
             let d = held.current(&*store)?;
             let now = now_ms();
-            let stamped = fresh::Held::new(d.clone());
             // The newest generation's own atomic add-if-absent, and a read of
             // the older ones (no writes go there once writes moved on).
             let (w, others) = resize::split(&d, now);
@@ -994,7 +992,7 @@ impl Engine {
             {
                 let record = Record::decode(&earlier)?;
                 write_again(&*store, &record, Kind::AddIfAbsent, digest, &w, &plan.addrs, expire)?;
-                restamp_if_slow(&*store, stamped, now, &entities, ttl)?;
+                restamp_if_slow(&*store, &d, now, &entities, ttl)?;
                 return Ok(record.absent);
             }
             // Read after the write: of two racing adds of one entity to two
@@ -1005,8 +1003,8 @@ impl Engine {
                 }
                 // The write above before these reads, for the argument above.
                 std::sync::atomic::fence(Ordering::SeqCst);
-                let newest = d.generations.last().map_or(0, |g| g.id);
-                resize::narrow_to_absent_in_all(&*store, others.iter(), &entities, now, answer, newest)
+                let newest = resize::newest_filter(&d);
+                resize::narrow_to_absent_in_all(&*store, others.iter(), &entities, now, answer, &newest)
             };
             if key.is_none() && record_ids.is_empty() {
                 // Nothing to record between the read and the write.
@@ -1014,7 +1012,7 @@ impl Engine {
                 check_len(&cells, &plan)?;
                 let mut answer = answer_of(&plan, entities.len(), &cells, now);
                 narrow_by_others(&mut answer)?;
-                restamp_if_slow(&*store, stamped, now, &entities, ttl)?;
+                restamp_if_slow(&*store, &d, now, &entities, ttl)?;
                 return Ok(answer);
             }
             let mut before = vec![true; entities.len()];
@@ -1068,7 +1066,7 @@ impl Engine {
             if let (Some(e), Some(digest)) = (earlier, &digest) {
                 let record = Record::decode(&e)?;
                 write_again(&*store, &record, Kind::AddIfAbsent, digest, &w, &plan.addrs, expire)?;
-                restamp_if_slow(&*store, stamped, now, &entities, ttl)?;
+                restamp_if_slow(&*store, &d, now, &entities, ttl)?;
                 return Ok(record.absent);
             }
             let cells = result?;
@@ -1081,7 +1079,7 @@ impl Engine {
             for (a, &r) in final_answer.iter_mut().zip(&replayed) {
                 *a |= r;
             }
-            restamp_if_slow(&*store, stamped, now, &entities, ttl)?;
+            restamp_if_slow(&*store, &d, now, &entities, ttl)?;
             Ok(final_answer)
         })
         .await
@@ -1271,46 +1269,35 @@ fn answer_of(plan: &Plan, entities: usize, cells: &[Cell], now: i64) -> Vec<bool
 /// the history checker allows between the clock read and the answer.
 const RESTAMP_AFTER_MS: i64 = 1000;
 
-/// Most times a slow write's bits are written again: once, so that a slow
-/// store (HBase overloaded, every call slow) gets at most twice the writes,
-/// not more.
-const MAX_RESTAMPS: u32 = 1;
-
 /// A write's TTL counts from its clock read, and its caller's from the
 /// answer: a storage call that took seconds (HBase under load, a guard
 /// claim waited for) left its entities that much less time after the
 /// answer (seen by the history checker on real HBase: read absent 3 s
 /// before the end of the TTL the client was answered for). So once the
-/// write at `stamped_at` (ms) is done, if more than [`RESTAMP_AFTER_MS`]
-/// have passed since the clock read, `entities` are written again with
+/// write of `d`'s `entities` stamped at `stamped_at` (ms) is done, if more
+/// than [`RESTAMP_AFTER_MS`] have passed, they are written once more with
 /// `ttl` from now, to the generation writes go to now (the config read
-/// again when old, [`fresh::Held`]), up to [`MAX_RESTAMPS`] times. Bits
-/// only rise: another request sees nothing but a later expiry.
+/// again: it is older than [`fresh::MAX_CONFIG_AGE`] by then). Once only,
+/// so that a slow store (HBase overloaded, every call slow) gets at most
+/// twice the writes. Bits only rise: another request sees nothing but a
+/// later expiry.
 fn restamp_if_slow<E: AsRef<[u8]>>(
     store: &dyn Store,
-    held: fresh::Held,
-    mut stamped_at: i64,
+    d: &Deduper,
+    stamped_at: i64,
     entities: &[E],
     ttl: u64,
 ) -> Result<(), EngineError> {
-    let mut d = held.d.clone();
-    let mut held = Some(held);
-    for _ in 0..MAX_RESTAMPS {
-        let now = now_ms();
-        if now - stamped_at <= RESTAMP_AFTER_MS {
-            return Ok(());
-        }
-        if let Some(h) = held.take() {
-            d = h.current(store)?;
-        }
-        let now = now_ms();
-        let expire = check_expire(store, now, ttl)?;
-        let (w, _) = resize::split(&d, now);
-        let plan = Plan::for_store(store.bit_order(), true, &w, entities);
-        store.write_bits(&w, &plan.addrs, expire)?;
-        crate::metrics::restamp();
-        stamped_at = now;
+    if now_ms() - stamped_at <= RESTAMP_AFTER_MS {
+        return Ok(());
     }
+    let d = fresh::reread(store, d)?;
+    let now = now_ms();
+    let expire = check_expire(store, now, ttl)?;
+    let (w, _) = resize::split(&d, now);
+    let plan = Plan::for_store(store.bit_order(), true, &w, entities);
+    store.write_bits(&w, &plan.addrs, expire)?;
+    crate::metrics::restamp();
     Ok(())
 }
 

@@ -168,16 +168,16 @@ pub(super) fn absent_in_all<'a, E: AsRef<[u8]>>(
     filters: impl Iterator<Item = &'a Deduper>,
     entities: &[E],
     now: i64,
+    newest: &str,
 ) -> Result<Vec<bool>, EngineError> {
-    let filters: Vec<&Deduper> = filters.collect();
-    let newest = filters.iter().map(|f| generation_of(&f.name)).max().unwrap_or(0);
     let mut absent = vec![true; entities.len()];
-    narrow_to_absent_in_all(store, filters.into_iter(), entities, now, &mut absent, newest)?;
+    narrow_to_absent_in_all(store, filters, entities, now, &mut absent, newest)?;
     Ok(absent)
 }
 
 /// [`absent_in_all`] into `answer` (`answer[i] &= absent in every filter`),
-/// `newest` the deduper's newest generation's id;
+/// `newest` the filter name of the deduper's newest generation
+/// ([`newest_filter`]);
 /// nothing to read, allocate or mask when `filters` is empty, the case of
 /// every deduper not being resized.
 ///
@@ -193,12 +193,12 @@ pub(super) fn narrow_to_absent_in_all<'a, E: AsRef<[u8]>>(
     entities: &[E],
     now: i64,
     answer: &mut [bool],
-    newest: u32,
+    newest: &str,
 ) -> Result<(), EngineError> {
     for f in filters {
         match absent_in(store, f, entities, now) {
             Ok(absent) => mask(answer, &absent),
-            Err(EngineError::Storage(StorageError::Precondition(e))) if generation_of(&f.name) < newest => {
+            Err(EngineError::Storage(StorageError::Precondition(e))) if f.name != newest => {
                 tracing::debug!(filter = %f.name, error = %e, "an older generation retired under a read: absent in it");
             }
             Err(e) => return Err(e),
@@ -207,13 +207,10 @@ pub(super) fn narrow_to_absent_in_all<'a, E: AsRef<[u8]>>(
     Ok(())
 }
 
-/// The generation number in a physical filter's name (`<name>~g<N>`; 0
-/// for the deduper's own name).
-fn generation_of(physical: &str) -> u32 {
-    physical
-        .rsplit_once(generations::GENERATION_SEPARATOR)
-        .and_then(|(_, n)| n.parse().ok())
-        .unwrap_or(0)
+/// The filter name of `d`'s newest generation: the one a retirement never
+/// frees.
+pub(super) fn newest_filter(d: &Deduper) -> String {
+    generations::physical_name(&d.name, d.generations.last().map_or(0, |g| g.id))
 }
 
 /// `answer[i] &= absent[i]`: present in another generation is present.
