@@ -1153,7 +1153,7 @@ impl Engine {
 
     /// A client's dedupers sorted by name, and apart those whose stored
     /// config cannot be used ([`crate::storage::Unreadable`]), sorted by name.
-    pub async fn list_dedupers_checked(
+    pub async fn list_dedupers(
         &self,
         client_id: &str,
         active_only: bool,
@@ -1161,19 +1161,9 @@ impl Engine {
         deduper::validate_name("client_id", client_id)?;
         let store = self.store.clone();
         let c = client_id.to_string();
-        let (list, unreadable) = Self::blocking(move || Ok(store.list_dedupers_checked(&c, active_only)?)).await?;
+        let (list, unreadable) = Self::blocking(move || Ok(store.list_dedupers(&c, active_only)?)).await?;
         list.iter().for_each(|d| self.stats.note(d));
         Ok((list, unreadable))
-    }
-
-    /// A client's dedupers sorted by name.
-    pub async fn list_dedupers(&self, client_id: &str, active_only: bool) -> Result<Vec<Deduper>, EngineError> {
-        deduper::validate_name("client_id", client_id)?;
-        let store = self.store.clone();
-        let c = client_id.to_string();
-        let list = Self::blocking(move || Ok(store.list_dedupers(&c, active_only)?)).await?;
-        list.iter().for_each(|d| self.stats.note(d));
-        Ok(list)
     }
 
     /// Changes `active` and/or `expiry_seconds`; the geometry never changes.

@@ -163,8 +163,8 @@ impl Store for CountingStore {
         self.calls.lock().unwrap().push("get_deduper");
         Ok(d)
     }
-    fn list_dedupers(&self, _: &str, _: bool) -> Result<Vec<Deduper>, StorageError> {
-        Ok(Vec::new())
+    fn list_dedupers(&self, _: &str, _: bool) -> Result<(Vec<Deduper>, Vec<crate::storage::Unreadable>), StorageError> {
+        Ok((Vec::new(), Vec::new()))
     }
     fn delete_deduper(&self, d: &Deduper) -> Result<bool, StorageError> {
         let key = (d.client_id.clone(), d.name.clone());

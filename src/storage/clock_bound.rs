@@ -366,16 +366,12 @@ impl Store for ClockBoundStore {
         self.inner.get_deduper(client_id, name)
     }
 
-    fn list_dedupers(&self, client_id: &str, active_only: bool) -> Result<Vec<Deduper>, StorageError> {
-        self.inner.list_dedupers(client_id, active_only)
-    }
-
-    fn list_dedupers_checked(
+    fn list_dedupers(
         &self,
         client_id: &str,
         active_only: bool,
     ) -> Result<(Vec<Deduper>, Vec<crate::storage::Unreadable>), StorageError> {
-        self.inner.list_dedupers_checked(client_id, active_only)
+        self.inner.list_dedupers(client_id, active_only)
     }
 
     fn delete_deduper(&self, deduper: &Deduper) -> Result<bool, StorageError> {
@@ -517,8 +513,12 @@ mod tests {
         fn get_deduper(&self, _: &str, _: &str) -> Result<Option<Deduper>, StorageError> {
             Ok(None)
         }
-        fn list_dedupers(&self, _: &str, _: bool) -> Result<Vec<Deduper>, StorageError> {
-            Ok(Vec::new())
+        fn list_dedupers(
+            &self,
+            _: &str,
+            _: bool,
+        ) -> Result<(Vec<Deduper>, Vec<crate::storage::Unreadable>), StorageError> {
+            Ok((Vec::new(), Vec::new()))
         }
         fn delete_deduper(&self, _: &Deduper) -> Result<bool, StorageError> {
             Ok(true)

@@ -169,18 +169,12 @@ impl Store for MeteredStore {
         Self::timed("get_deduper", || self.inner.get_deduper(client_id, name))
     }
 
-    fn list_dedupers(&self, client_id: &str, active_only: bool) -> Result<Vec<Deduper>, StorageError> {
-        Self::timed("list_dedupers", || self.inner.list_dedupers(client_id, active_only))
-    }
-
-    fn list_dedupers_checked(
+    fn list_dedupers(
         &self,
         client_id: &str,
         active_only: bool,
     ) -> Result<(Vec<Deduper>, Vec<crate::storage::Unreadable>), StorageError> {
-        Self::timed("list_dedupers", || {
-            self.inner.list_dedupers_checked(client_id, active_only)
-        })
+        Self::timed("list_dedupers", || self.inner.list_dedupers(client_id, active_only))
     }
 
     fn delete_deduper(&self, deduper: &Deduper) -> Result<bool, StorageError> {

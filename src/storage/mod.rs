@@ -305,22 +305,16 @@ pub trait Store: Send + Sync + 'static {
     /// One deduper config, `None` when absent.
     fn get_deduper(&self, client_id: &str, name: &str) -> Result<Option<Deduper>, StorageError>;
 
-    /// A client's deduper configs, sorted by name; only active ones when
-    /// asked. A config that cannot be used ([`Unreadable`]) is left out.
-    fn list_dedupers(&self, client_id: &str, active_only: bool) -> Result<Vec<Deduper>, StorageError>;
-
-    /// [`Store::list_dedupers`], and the configs left out because they
-    /// cannot be used (each with why), sorted by name: one damaged config
-    /// is its deduper's error, never the whole list's. Unreadable configs
-    /// are listed whatever `active_only` says (their `active` is not
-    /// known). The default lists none.
-    fn list_dedupers_checked(
+    /// A client's deduper configs, sorted by name, only active ones when
+    /// asked; and apart, sorted by name, the configs that cannot be used
+    /// ([`Unreadable`], each with why): one damaged config is its deduper's
+    /// error, never the whole list's. Unreadable configs are listed whatever
+    /// `active_only` says (their `active` is not known).
+    fn list_dedupers(
         &self,
         client_id: &str,
         active_only: bool,
-    ) -> Result<(Vec<Deduper>, Vec<Unreadable>), StorageError> {
-        Ok((self.list_dedupers(client_id, active_only)?, Vec::new()))
-    }
+    ) -> Result<(Vec<Deduper>, Vec<Unreadable>), StorageError>;
 
     /// Removes `deduper`'s bits and then its config, so an interrupted
     /// delete leaves the config in place and can be run again (the caller

@@ -1092,11 +1092,7 @@ impl Store for EmbeddedStore {
         value.map(|v| decode_meta(&key, &v)).transpose()
     }
 
-    fn list_dedupers(&self, client_id: &str, active_only: bool) -> Result<Vec<Deduper>, StorageError> {
-        Ok(self.list_dedupers_checked(client_id, active_only)?.0)
-    }
-
-    fn list_dedupers_checked(
+    fn list_dedupers(
         &self,
         client_id: &str,
         active_only: bool,

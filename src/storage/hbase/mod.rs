@@ -822,11 +822,7 @@ impl Store for HbaseStore {
         meta::get(&self.pool, &self.tables, client_id, name)
     }
 
-    fn list_dedupers(&self, client_id: &str, active_only: bool) -> Result<Vec<Deduper>, StorageError> {
-        Ok(meta::list(&self.pool, &self.tables, client_id, active_only)?.0)
-    }
-
-    fn list_dedupers_checked(
+    fn list_dedupers(
         &self,
         client_id: &str,
         active_only: bool,
