@@ -23,6 +23,12 @@ struct Stream {
     failures: BTreeMap<String, usize>,
 }
 
+/// Counts a failed call by its code, then pauses 100 ms before the next.
+fn failed(failures: &mut BTreeMap<String, usize>, e: &tonic::Status) -> tokio::time::Sleep {
+    *failures.entry(format!("{:?}", e.code())).or_default() += 1;
+    tokio::time::sleep(Duration::from_millis(100))
+}
+
 /// Adds batches of 20 fresh entities until told to stop.
 fn add_stream(s: &TestServer, stop: watch::Receiver<bool>) -> (Arc<Mutex<Stream>>, tokio::task::JoinHandle<()>) {
     let seen = Arc::new(Mutex::new(Stream::default()));
@@ -43,12 +49,8 @@ fn add_stream(s: &TestServer, stop: watch::Receiver<bool>) -> (Arc<Mutex<Stream>
             match data.add(req).await {
                 Ok(_) => out.lock().unwrap().acknowledged.extend(items),
                 Err(e) => {
-                    *out.lock()
-                        .unwrap()
-                        .failures
-                        .entry(format!("{:?}", e.code()))
-                        .or_default() += 1;
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    let pause = failed(&mut out.lock().unwrap().failures, &e);
+                    pause.await
                 }
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -202,12 +204,8 @@ async fn add_if_absent_answers_again_within_2_s_of_a_thrift_restart() {
                         out.answered_at.push(Instant::now());
                     }
                     Err(e) => {
-                        *out.lock()
-                            .unwrap()
-                            .failures
-                            .entry(format!("{:?}", e.code()))
-                            .or_default() += 1;
-                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        let pause = failed(&mut out.lock().unwrap().failures, &e);
+                        pause.await
                     }
                 }
             }
